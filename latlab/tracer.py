@@ -1,0 +1,53 @@
+"""Locate the latlab GStreamer tracer plugin and build the environment that loads it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PLUGIN_DIR = REPO_ROOT / "tracer" / "target" / "release"
+PLUGIN_FILE = PLUGIN_DIR / "libgstlatlab.so"
+
+
+class TracerNotBuilt(RuntimeError):
+    """The tracer plugin has not been built (run the set-up command from the README)."""
+
+
+def plugin_dir() -> Path:
+    """Directory holding libgstlatlab.so; LATLAB_PLUGIN_DIR overrides the in-repo build."""
+    override = os.environ.get("LATLAB_PLUGIN_DIR")
+    directory = Path(override) if override else PLUGIN_DIR
+    if not (directory / "libgstlatlab.so").is_file():
+        raise TracerNotBuilt(
+            f"{directory / 'libgstlatlab.so'}: tracer plugin not built "
+            "(run: cargo build --release --manifest-path tracer/Cargo.toml)"
+        )
+    return directory
+
+
+def tracer_env(trace_dir: Path | str, process: str | None = None) -> dict[str, str]:
+    """Environment variables that load the tracer into any GStreamer application.
+
+    Traces land in ``trace_dir`` as ``PROCESS-PID.lltrace``.
+    """
+    env = {
+        "GST_PLUGIN_PATH": _prepend_path(str(plugin_dir()), os.environ.get("GST_PLUGIN_PATH")),
+        "GST_TRACERS": _add_tracer(os.environ.get("GST_TRACERS")),
+        "LATLAB_TRACE_DIR": str(Path(trace_dir).resolve()),
+    }
+    if process:
+        env["LATLAB_PROCESS"] = process
+    return env
+
+
+def _prepend_path(first: str, rest: str | None) -> str:
+    parts = [first] + [p for p in (rest or "").split(os.pathsep) if p and p != first]
+    return os.pathsep.join(parts)
+
+
+def _add_tracer(existing: str | None) -> str:
+    tracers = [t for t in (existing or "").split(";") if t]
+    if not any(t.split("(")[0] == "latlab" for t in tracers):
+        tracers.append("latlab")
+    return ";".join(tracers)
