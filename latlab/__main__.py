@@ -1,0 +1,5 @@
+"""``python -m latlab``."""
+
+from latlab.cli import main
+
+main()

@@ -1,0 +1,118 @@
+"""latlab command line: ``run``, ``record`` and ``report``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from latlab.errors import USER_ERRORS
+
+app = typer.Typer(
+    name="latlab",
+    help="Where does my end-to-end latency go? Per-stage latency distributions of real-time media.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err_console = Console(stderr=True)
+
+OutDir = Annotated[Path, typer.Option("--out", "-o", help="Run directory to write.")]
+UnitMs = Annotated[
+    float | None, typer.Option("--unit-ms", help="Unit of media followed, in ms (default 10).")
+]
+
+
+@app.command()
+def run(
+    scenario: Annotated[Path, typer.Argument(help="Scenario file (TOML).")],
+    out: OutDir,
+    unit_ms: UnitMs = None,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Run a scenario: hosts as namespaces, processes traced; then print the per-stage table."""
+    from latlab.lab.runner import run_scenario
+    from latlab.lab.scenario import load_scenario
+    from latlab.pipeline import analyze_run
+    from latlab.report.table import render_summary
+
+    spec = load_scenario(scenario)
+    run_scenario(spec, out, progress=progress)
+    summary, _, _ = analyze_run(out, unit_ms or spec.unit_ms)
+    render_summary(summary, console)
+    console.print(f"[dim]summary: {out / 'summary.json'}[/dim]")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def record(
+    command: Annotated[list[str] | None, typer.Argument(help="Command to run (after --).")] = None,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Run directory to write.")] = Path(
+        "latlab-record"
+    ),
+    name: Annotated[str | None, typer.Option(help="Process name in probe names.")] = None,
+    print_env: Annotated[
+        bool, typer.Option("--print-env", help="Print the variables that load the tracer.")
+    ] = False,
+    analyze: Annotated[bool, typer.Option(help="Analyse and print the table afterwards.")] = True,
+) -> None:
+    """Run any command with the tracer loaded, like ``perf record -- CMD``."""
+    from latlab.lab.record import print_env as env_lines
+    from latlab.lab.record import record as record_command
+
+    if print_env:
+        console.print(env_lines(out), highlight=False, markup=False, soft_wrap=True)
+        return
+    if not command:
+        raise typer.BadParameter("give the command to record after --", param_hint="COMMAND")
+    code = record_command(list(command), out, process_name=name)
+    if analyze:
+        _print_report(out, None)
+    raise typer.Exit(code)
+
+
+def _print_report(run_dir: Path, unit_ms: float | None, **options: bool) -> None:
+    from latlab.pipeline import analyze_run
+    from latlab.report.table import render_summary
+
+    summary, _, _ = analyze_run(run_dir, unit_ms)
+    render_summary(summary, console, **options)
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="Run directory (or a directory of traces).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print summary.json.")] = False,
+    distributions: Annotated[
+        bool, typer.Option("--dist", help="Distribution tables per segment.")
+    ] = False,
+    cadence: Annotated[bool, typer.Option(help="Buffer cadence per probe.")] = False,
+    unit_ms: UnitMs = None,
+) -> None:
+    """Per-stage tables from the stored traces of a run."""
+    from latlab.pipeline import analyze_run
+    from latlab.report.table import render_summary
+
+    if not run_dir.is_dir():
+        raise typer.BadParameter(f"{run_dir}: no such run directory", param_hint="RUN_DIR")
+    summary, _, _ = analyze_run(run_dir, unit_ms)
+    if as_json:
+        sys.stdout.write(json.dumps(summary, indent=1) + "\n")
+        return
+    render_summary(summary, console, distributions=distributions, cadence=cadence)
+
+
+def main() -> None:
+    """Entry point: user mistakes become one line on stderr and a non-zero exit."""
+    try:
+        app()
+    except USER_ERRORS as exc:
+        err_console.print(f"latlab: error: {exc}", highlight=False, markup=False, soft_wrap=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err_console.print("latlab: interrupted", highlight=False)
+        sys.exit(130)

@@ -1,0 +1,250 @@
+"""Combine the traces of a run into one columnar event table.
+
+Contract (what stitching consumes): an ``EventTable`` whose columns are numpy
+arrays of equal length, one row per observation, and a probe table naming each
+probe ``process/element:pad``. Times are CLOCK_MONOTONIC nanoseconds of the
+host the process ran on; ``clock_domain`` names that clock per process.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from latlab.ingest.trace_format import NONE_U64, EventFlag, Kind, PadFlag
+from latlab.ingest.trace_reader import ClockRecord, PadInfo, Trace, TraceError, read_trace
+
+
+@dataclass
+class Probe:
+    """A point where time is observed: a pad push, or a sink's render (``done``)."""
+
+    index: int
+    name: str
+    process: int
+    element: str
+    pad: str
+    kind: Kind
+    factory: str
+    klass: str
+    pad_flags: int
+    pipeline_id: int
+    peer_element: str
+    peer_factory: str
+    caps: str
+
+    @property
+    def is_render(self) -> bool:
+        """True for the instant a sink rendered a buffer."""
+        return self.kind == Kind.DONE
+
+    @property
+    def element_is_source(self) -> bool:
+        """True when the probe's element is a source element."""
+        return bool(self.pad_flags & PadFlag.ELEMENT_IS_SOURCE) and not self.is_render
+
+
+@dataclass
+class ProcessTrace:
+    """One traced process of the run."""
+
+    index: int
+    name: str
+    pid: int
+    path: Path
+    hostname: str
+    clocks: list[ClockRecord]
+    threads: dict[int, tuple[int, str]]
+    dropped: int
+    complete: bool
+    problems: list[str]
+
+    @property
+    def clock_domain(self) -> str:
+        """The clock this process's times are in."""
+        return f"monotonic@{self.hostname or 'localhost'}"
+
+
+COLUMNS = (
+    "process", "probe", "t_ns", "pts", "dts", "duration", "offset", "offset_end", "size",
+    "buffer_flags", "is_rtp", "ssrc", "seq", "rtp_ts", "pt", "marker", "kind", "thread",
+)  # fmt: skip
+
+
+@dataclass
+class EventTable:
+    """All events of a run, columnar; ``None`` times are -1."""
+
+    columns: dict[str, np.ndarray]
+    probes: list[Probe]
+    processes: list[ProcessTrace]
+    threads: list[tuple[int, int, str]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.columns["t_ns"])
+
+    def probe_by_name(self, name: str) -> Probe:
+        """Look a probe up by its name."""
+        for probe in self.probes:
+            if probe.name == name:
+                return probe
+        raise KeyError(name)
+
+    def to_arrow(self) -> pa.Table:
+        """The events as an Arrow table with probe names as a dictionary column."""
+        cols = dict(self.columns)
+        names = pa.array([p.name for p in self.probes])
+        probe_col = pa.DictionaryArray.from_arrays(pa.array(cols.pop("probe")), names)
+        table = pa.table(cols)
+        return table.append_column("probe_name", probe_col)
+
+    def write_parquet(self, path: Path) -> None:
+        """Store the events as Parquet (one file for the run)."""
+        pq.write_table(self.to_arrow(), path, compression="zstd")
+
+
+def find_traces(run_dir: Path) -> list[Path]:
+    """Trace files of a run directory (``traces/*.lltrace``, or the directory itself)."""
+    trace_dir = run_dir / "traces" if (run_dir / "traces").is_dir() else run_dir
+    return sorted(trace_dir.glob("*.lltrace"))
+
+
+def load_traces(paths: list[Path]) -> EventTable:
+    """Read and combine trace files. Raises TraceError if none is usable."""
+    traces: list[Trace] = []
+    errors: list[str] = []
+    for path in paths:
+        try:
+            traces.append(read_trace(path))
+        except TraceError as exc:
+            errors.append(str(exc))
+    if not traces:
+        raise TraceError(errors[0] if errors else "no trace files found")
+    table = _combine(traces)
+    for message in errors:
+        table.processes.append(
+            ProcessTrace(-1, "?", 0, Path(message.split(":")[0]), "", [], {}, 0, False, [message])
+        )
+    return table
+
+
+def _unique_names(traces: list[Trace]) -> list[str]:
+    names = [t.process for t in traces]
+    return [n if names.count(n) == 1 else f"{n}.{t.pid}" for n, t in zip(names, traces, strict=True)]
+
+
+def _combine(traces: list[Trace]) -> EventTable:
+    probes: list[Probe] = []
+    processes: list[ProcessTrace] = []
+    threads: list[tuple[int, int, str]] = []
+    parts: list[dict[str, np.ndarray]] = []
+    for index, (trace, name) in enumerate(zip(traces, _unique_names(traces), strict=True)):
+        processes.append(
+            ProcessTrace(
+                index, name, trace.pid, trace.path, trace.info.get("hostname", ""),
+                sorted(trace.clocks, key=lambda c: c.mono_ns), trace.threads,
+                trace.dropped, trace.complete, list(trace.problems),
+            )  # fmt: skip
+        )
+        thread_base = len(threads)
+        thread_ids = sorted(trace.threads)
+        threads.extend((index, *trace.threads[i]) for i in thread_ids)
+        parts.append(_columns(trace, index, name, probes, thread_base, thread_ids))
+    columns = {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}
+    return EventTable(columns, probes, processes, threads)
+
+
+def _as_i64(values: np.ndarray) -> np.ndarray:
+    out = values.astype(np.int64)
+    out[values == NONE_U64] = -1
+    return out
+
+
+def _columns(
+    trace: Trace, proc: int, proc_name: str, probes: list[Probe], thread_base: int,
+    thread_ids: list[int],
+) -> dict[str, np.ndarray]:  # fmt: skip
+    ev = trace.events
+    ev = ev[ev["kind"] != Kind.EOS]
+    codes = ev["pad_id"].astype(np.int64) * 2 + (ev["kind"] == Kind.DONE)
+    unique_codes, inverse = np.unique(codes, return_inverse=True)
+    first_caps = _first_caps(trace)
+    probe_ids = np.empty(len(unique_codes), np.int32)
+    for i, code in enumerate(unique_codes):
+        pad_id, kind = divmod(int(code), 2)
+        info = trace.pads.get(pad_id) or PadInfo(pad_id, 1, 0, f"pad{pad_id}", "src", *[""] * 6)
+        probe_ids[i] = len(probes)
+        probes.append(_make_probe(len(probes), proc, proc_name, info, Kind(kind), first_caps))
+    thread_lookup = np.full(max(thread_ids, default=0) + 2, -1, np.int32)
+    thread_lookup[thread_ids] = thread_base + np.arange(len(thread_ids), dtype=np.int32)
+    thread_idx = np.minimum(ev["thread_idx"], len(thread_lookup) - 1)
+    return {
+        "process": np.full(len(ev), proc, np.int16),
+        "probe": probe_ids[inverse].astype(np.int32),
+        "t_ns": ev["t_ns"].astype(np.int64),
+        "pts": _as_i64(ev["pts"]),
+        "dts": _as_i64(ev["dts"]),
+        "duration": _as_i64(ev["duration"]),
+        "offset": _as_i64(ev["offset"]),
+        "offset_end": _as_i64(ev["offset_end"]),
+        "size": ev["size"].astype(np.int64),
+        "buffer_flags": ev["buffer_flags"],
+        "is_rtp": (ev["event_flags"] & EventFlag.RTP) != 0,
+        "ssrc": ev["rtp_ssrc"],
+        "seq": ev["rtp_seq"],
+        "rtp_ts": ev["rtp_ts"],
+        "pt": ev["rtp_pt"] & 0x7F,
+        "marker": (ev["event_flags"] & EventFlag.MARKER) != 0,
+        "kind": ev["kind"],
+        "thread": thread_lookup[thread_idx],
+    }
+
+
+def _first_caps(trace: Trace) -> dict[int, str]:
+    caps: dict[int, str] = {}
+    for pad_id, _, text in sorted(trace.caps, key=lambda c: c[1]):
+        caps.setdefault(pad_id, text)
+    return caps
+
+
+def _make_probe(
+    index: int, proc: int, proc_name: str, info: PadInfo, kind: Kind, caps: dict[int, str]
+) -> Probe:
+    if kind == Kind.DONE:
+        element, pad, factory, klass = info.peer_element, info.peer_pad, info.peer_factory, ""
+    else:
+        element, pad, factory, klass = info.element, info.pad, info.factory, info.klass
+    return Probe(
+        index=index,
+        name=f"{proc_name}/{element}:{pad}",
+        process=proc,
+        element=element,
+        pad=pad,
+        kind=kind,
+        factory=factory,
+        klass=klass,
+        pad_flags=info.flags,
+        pipeline_id=info.pipeline_id,
+        peer_element=info.peer_element,
+        peer_factory=info.peer_factory,
+        caps=caps.get(info.pad_id, ""),
+    )
+
+
+def caps_field(caps: str, name: str) -> str | None:
+    """Read one field of a serialised caps string, e.g. ``clock-rate`` -> ``"48000"``."""
+    match = re.search(rf"(?:^|[,\s]){re.escape(name)}=(?:\([a-z0-9]+\))?\"?([^,;\"]+)", caps)
+    return match.group(1).strip() if match else None
+
+
+def load_run(run_dir: Path) -> EventTable:
+    """Read all traces of a run directory."""
+    paths = find_traces(run_dir)
+    if not paths:
+        raise TraceError(f"{run_dir}: no trace files (*.lltrace) found")
+    return load_traces(paths)

@@ -1,0 +1,37 @@
+"""From a run directory to its summary: ingest -> stitch -> analysis -> summary.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from latlab.analysis.segments import StreamAnalysis, analyze
+from latlab.ingest.events import EventTable, load_run
+from latlab.report.summary import build_summary, write_summary
+
+SUMMARY_FILE = "summary.json"
+EVENTS_FILE = "events.parquet"
+
+
+def run_metadata(run_dir: Path) -> dict[str, Any]:
+    """run.json of a run directory, or a minimal stand-in for bare trace directories."""
+    meta_path = run_dir / "run.json"
+    if meta_path.is_file():
+        return json.loads(meta_path.read_text())
+    return {"name": run_dir.name}
+
+
+def analyze_run(
+    run_dir: Path, unit_ms: float | None = None, *, write: bool = True
+) -> tuple[dict[str, Any], EventTable, list[StreamAnalysis]]:
+    """Analyse the traces of ``run_dir``; writes summary.json and events.parquet there."""
+    meta = run_metadata(run_dir)
+    unit = unit_ms or float(meta.get("unit_ms", 10.0))
+    table = load_run(run_dir)
+    streams = analyze(table, unit)
+    summary = build_summary(meta, table, streams)
+    if write:
+        write_summary(summary, run_dir / SUMMARY_FILE)
+        table.write_parquet(run_dir / EVENTS_FILE)
+    return summary, table, streams

@@ -1,0 +1,90 @@
+"""summary.json, schema ``latlab.summary/1`` (fields are only ever added, never renamed)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from latlab.analysis.segments import SegmentStats, StreamAnalysis
+from latlab.ingest.events import EventTable
+
+SCHEMA = "latlab.summary/1"
+STAT_KEYS = ("count", "min_ms", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms")
+
+
+def build_summary(
+    run: dict[str, Any], table: EventTable, streams: list[StreamAnalysis]
+) -> dict[str, Any]:
+    """The summary of a run: run metadata, per-stream segments and end to end, trace health."""
+    return {
+        "schema": SCHEMA,
+        "run": {
+            "name": run.get("name", ""),
+            "scenario": run.get("scenario", ""),
+            "started_at": run.get("started_at", ""),
+            "duration_s": float(run.get("duration_s", 0.0)),
+            "params": run.get("params", {}),
+        },
+        "streams": [_stream(s) for s in streams],
+        "traces": [
+            {
+                "process": p.name,
+                "pid": p.pid,
+                "file": p.path.name,
+                "clock_domain": p.clock_domain,
+                "complete": p.complete,
+                "dropped_events": p.dropped,
+                "problems": p.problems,
+            }
+            for p in table.processes
+        ],
+    }
+
+
+def _stats(seg: SegmentStats) -> dict[str, Any]:
+    return {k: _finite(seg.stats[k]) for k in STAT_KEYS}
+
+
+def _finite(value: float | int) -> float | int | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _stream(s: StreamAnalysis) -> dict[str, Any]:
+    j = s.journeys
+    units_total = len(j.unit_start)
+    return {
+        "id": j.stream_id,
+        "media": j.media,
+        "unit": f"{j.unit_ns / 1e6:g}ms",
+        "units": units_total,
+        "complete_units": int(j.complete.sum()),
+        "lost": j.counts.get("lost", 0),
+        "late": j.counts.get("late", 0),
+        "duplicated": j.counts.get("duplicated", 0),
+        "reordered": j.counts.get("reordered", 0),
+        "ssrc": j.path.ssrc,
+        "probes": j.probe_names,
+        "clock_domains": sorted(set(j.clock_domains)),
+        "segments": [
+            {"from": seg.from_probe, "to": seg.to_probe, "kind": seg.kind, **_stats(seg),
+             "histogram": seg.histogram}  # fmt: skip
+            for seg in s.segments
+        ],
+        "end_to_end": {
+            "from": s.end_to_end.from_probe,
+            "to": s.end_to_end.to_probe,
+            **_stats(s.end_to_end),
+            "histogram": s.end_to_end.histogram,
+        },
+        "cadence": {name: {k: _finite(v) for k, v in c.items()} for name, c in s.cadence.items()},
+        "thread_handoffs": s.handoffs,
+    }
+
+
+def write_summary(summary: dict[str, Any], path: Path) -> None:
+    """Write summary.json."""
+    path.write_text(json.dumps(summary, indent=1) + "\n")

@@ -1,0 +1,102 @@
+"""Terminal tables of a run summary (rich)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+COLUMNS = (("p50", "p50_ms"), ("p90", "p90_ms"), ("p99", "p99_ms"), ("p99.9", "p999_ms"),
+           ("max", "max_ms"), ("mean", "mean_ms"))  # fmt: skip
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _short(probe: str, previous: str | None) -> str:
+    """A probe name without the process part when it is the same as the previous one's."""
+    if previous and probe.split("/", 1)[0] == previous.split("/", 1)[0]:
+        return probe.split("/", 1)[1]
+    return probe
+
+
+def stage_table(stream: dict[str, Any]) -> Table:
+    """The per-stage table of one stream: one row per segment, then end to end."""
+    title = (
+        f"{stream['id']}  ·  {stream['complete_units']}/{stream['units']} units of "
+        f"{stream['unit']}  ·  lost {stream['lost']}  late {stream['late']}  "
+        f"dup {stream['duplicated']}  reordered {stream.get('reordered', 0)}"
+    )
+    table = Table(title=title, title_justify="left", header_style="bold")
+    table.add_column("#", justify="right")
+    table.add_column("stage (to probe)")
+    table.add_column("kind")
+    for label, _ in COLUMNS:
+        table.add_column(f"{label} ms", justify="right")
+    previous = None
+    for i, seg in enumerate(stream["segments"], 1):
+        table.add_row(str(i), _short(seg["to"], previous), seg["kind"],
+                      *(_ms(seg[key]) for _, key in COLUMNS))  # fmt: skip
+        previous = seg["to"]
+    e2e = stream["end_to_end"]
+    table.add_section()
+    table.add_row("", Text("end to end", style="bold"), "",
+                  *(Text(_ms(e2e[key]), style="bold") for _, key in COLUMNS))  # fmt: skip
+    return table
+
+
+def distribution(segment: dict[str, Any], label: str) -> Table:
+    """A bucket table like the WebRTC study's: value range, count, share."""
+    table = Table(title=label, title_justify="left", header_style="bold")
+    table.add_column("ms", justify="right")
+    table.add_column("count", justify="right")
+    table.add_column("share", justify="right")
+    table.add_column("")
+    for row in segment["histogram"]:
+        bar = "█" * round(row["share"] * 40)
+        upper = f"{row['hi_ms']:g}]" if row.get("open") else f"{row['hi_ms']:g})"
+        table.add_row(f"[{row['lo_ms']:g}, {upper}", str(row["count"]),
+                      f"{row['share'] * 100:.1f}%", bar)  # fmt: skip
+    return table
+
+
+def cadence_table(stream: dict[str, Any]) -> Table:
+    """Intervals between consecutive buffers at each probe of the path."""
+    table = Table(title="cadence (interval between buffers)", title_justify="left",
+                  header_style="bold")  # fmt: skip
+    table.add_column("probe")
+    for label in ("p50 ms", "p99 ms", "max ms", "irregular"):
+        table.add_column(label, justify="right")
+    for probe, c in stream["cadence"].items():
+        table.add_row(probe, _ms(c["p50_ms"]), _ms(c["p99_ms"]), _ms(c["max_ms"]),
+                      str(c["irregular"]))  # fmt: skip
+    return table
+
+
+def render_summary(
+    summary: dict[str, Any], console: Console, *, distributions: bool = False,
+    cadence: bool = False,
+) -> None:  # fmt: skip
+    """Print the per-stage table of every stream, and optionally more detail."""
+    if not summary["streams"]:
+        console.print("[yellow]no stream found in the traces[/yellow]")
+    for stream in summary["streams"]:
+        parts: list[Any] = [stage_table(stream)]
+        handoffs = stream["thread_handoffs"]
+        parts.append(Text(f"thread hand-offs per journey: mean {handoffs['mean']:.2f}, "
+                          f"max {handoffs['max']}", style="dim"))  # fmt: skip
+        if cadence:
+            parts.append(cadence_table(stream))
+        if distributions:
+            for seg in [*stream["segments"], stream["end_to_end"]]:
+                parts.append(distribution(seg, f"{seg['from']} → {seg['to']}"))
+        console.print(Group(*parts))
+    for trace in summary.get("traces", []):
+        notes = list(trace["problems"])
+        if trace["dropped_events"]:
+            notes.append(f"{trace['dropped_events']} events dropped by the tracer")
+        for note in notes:
+            console.print(f"[yellow]{trace['file']}: {note}[/yellow]")

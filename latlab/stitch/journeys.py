@@ -1,0 +1,282 @@
+"""Journeys: for each unit of media, the time it passed each probe of its path.
+
+Contract (what analysis consumes): ``Journeys`` holds a units x probes matrix of
+CLOCK_MONOTONIC nanoseconds (``MISSING`` where a unit did not pass a probe), the
+thread of each passage, the probe names and the kind of each segment between
+consecutive probes, plus per-stream counts of lost, late, duplicated and
+reordered packets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from latlab.ingest.events import EventTable, Probe
+from latlab.ingest.trace_reader import ClockRecord
+from latlab.stitch.paths import StreamPath, find_paths
+from latlab.stitch.position import (
+    MISSING,
+    PacketTable,
+    ProbeEvents,
+    Ranges,
+    first_covering,
+    learn_packet_table,
+    mapped_ranges,
+    raw_ranges,
+    receiver_knots,
+    rtp_ranges,
+)
+
+CAPTURE = "capture"
+STATE_PLAYING = 4
+NONE_TIME = 0xFFFF_FFFF_FFFF_FFFF
+MAX_CAPTURE_NS = 10_000_000_000
+
+
+@dataclass
+class Journeys:
+    """The journeys of one stream's units."""
+
+    stream_id: str
+    media: str
+    unit_ns: int
+    path: StreamPath
+    probe_names: list[str]
+    segment_kinds: list[str]
+    unit_start: np.ndarray  # positions, ns of origin running time
+    times: np.ndarray  # (units, probes) int64 CLOCK_MONOTONIC ns, MISSING if not passed
+    threads: np.ndarray  # (units, probes) int32 global thread index, MISSING if unknown
+    clock_domains: list[str]
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> np.ndarray:
+        """Units that passed every probe."""
+        return np.all(self.times != MISSING, axis=1)
+
+
+class _ProbeColumns:
+    """Events grouped by probe once, so each probe's slice is cheap to take."""
+
+    def __init__(self, table: EventTable) -> None:
+        cols = table.columns
+        order = np.argsort(cols["probe"], kind="stable")
+        self.sorted = {k: cols[k][order] for k in ProbeEvents.__dataclass_fields__}
+        probe_sorted = cols["probe"][order]
+        n = len(table.probes)
+        self.bounds = np.searchsorted(probe_sorted, np.arange(n + 1))
+
+    def events(self, probe: int) -> ProbeEvents:
+        lo, hi = self.bounds[probe], self.bounds[probe + 1]
+        return ProbeEvents(**{k: v[lo:hi] for k, v in self.sorted.items()})
+
+
+def build_journeys(table: EventTable, unit_ms: float = 10.0) -> list[Journeys]:
+    """Stitch the journeys of every stream found in the run."""
+    columns = _ProbeColumns(table)
+    journeys = []
+    for path in find_paths(table):
+        built = _stream_journeys(table, columns, path, int(round(unit_ms * 1e6)))
+        if built is not None:
+            journeys.append(built)
+    return journeys
+
+
+def _stream_journeys(
+    table: EventTable, columns: _ProbeColumns, path: StreamPath, unit_ns: int
+) -> Journeys | None:
+    probes = [table.probes[i] for i in path.probes]
+    ranges = _ranges_along_path(probes, columns, path.ssrc)
+    origin = ranges[0]
+    if len(origin.start) == 0:
+        return None
+    unit_start = _unit_grid(origin, unit_ns)
+    unit_end = unit_start + unit_ns - 1
+    times = np.empty((len(unit_start), len(probes)), np.int64)
+    threads = np.empty((len(unit_start), len(probes)), np.int32)
+    for j, probe_ranges in enumerate(ranges):
+        times[:, j], threads[:, j] = first_covering(probe_ranges, unit_end)
+    names = [p.name for p in probes]
+    kinds = [_segment_kind(a, b) for a, b in zip(probes, probes[1:], strict=False)]
+    capture = _capture_times(table, probes[0], unit_start, times[:, 0])
+    if capture is not None:
+        times = np.column_stack([capture, times])
+        threads = np.column_stack([np.full(len(capture), MISSING, np.int32), threads])
+        names = [f"{names[0].rsplit(':', 1)[0]}:{CAPTURE}", *names]
+        kinds = [CAPTURE, *kinds]
+    keep = _steady_window(times)
+    domains = [table.processes[p.process].clock_domain for p in probes]
+    journeys = Journeys(
+        stream_id=_stream_id(probes, path.ssrc),
+        media=_media(probes[0].caps),
+        unit_ns=unit_ns,
+        path=path,
+        probe_names=names,
+        segment_kinds=kinds,
+        unit_start=unit_start[keep],
+        times=times[keep],
+        threads=threads[keep],
+        clock_domains=domains,
+    )
+    journeys.counts = _packet_counts(probes, columns, path.ssrc, journeys, capture is not None)
+    return journeys
+
+
+def _ranges_along_path(
+    probes: list[Probe], columns: _ProbeColumns, ssrc: int | None
+) -> list[Ranges]:
+    """Map every probe's events to media ranges, learning each mapping along the way."""
+    out: list[Ranges] = []
+    table: PacketTable | None = None
+    knots: tuple[np.ndarray, np.ndarray] | None = None
+    origin_process = probes[0].process
+    last_rtp: ProbeEvents | None = None
+    for probe in probes:
+        ev = columns.events(probe.index)
+        is_rtp = ssrc is not None and bool(np.any(ev.is_rtp & (ev.ssrc == ssrc)))
+        if is_rtp:
+            if table is None:
+                table = learn_packet_table(ev, ssrc)
+            out.append(rtp_ranges(ev, table, ssrc))
+            last_rtp, knots = ev, None
+        elif probe.process == origin_process or table is None:
+            out.append(raw_ranges(ev))
+        else:
+            if knots is None and last_rtp is not None:
+                knots = receiver_knots(last_rtp, table, ssrc)
+            out.append(mapped_ranges(ev, knots) if knots else _empty_ranges())
+    return out
+
+
+def _empty_ranges() -> Ranges:
+    empty = np.empty(0, np.int64)
+    return Ranges(empty, empty, empty, np.empty(0, np.int32))
+
+
+def _unit_grid(origin: Ranges, unit_ns: int) -> np.ndarray:
+    first, last = int(origin.start.min()), int(origin.end.max())
+    count = max((last - first) // unit_ns, 0)
+    return first + unit_ns * np.arange(count, dtype=np.int64)
+
+
+def _steady_window(times: np.ndarray) -> np.ndarray:
+    """Units between the first and the last that reached the final probe.
+
+    Units before the receiver was ready or still in flight when the run stopped
+    are left out; every loss in between counts.
+    """
+    reached = np.flatnonzero(times[:, -1] != MISSING)
+    keep = np.zeros(len(times), bool)
+    if len(reached):
+        keep[reached[0] : reached[-1] + 1] = True
+    return keep
+
+
+def _capture_times(
+    table: EventTable, origin: Probe, unit_start: np.ndarray, first_push: np.ndarray
+) -> np.ndarray | None:
+    """When each unit's first sample was captured, for a live source on a known clock."""
+    clocks = [
+        c
+        for c in table.processes[origin.process].clocks
+        if c.pipeline_id == origin.pipeline_id and c.state == STATE_PLAYING
+        and c.base_time != NONE_TIME and c.clock_ns != NONE_TIME
+    ]  # fmt: skip
+    if not clocks:
+        return None
+    capture = _clock_to_mono(clocks, clocks[-1].base_time + unit_start)
+    seen = first_push != MISSING
+    waited = first_push[seen] - capture[seen]
+    if not len(waited) or not 0 <= np.median(waited) <= MAX_CAPTURE_NS:
+        return None  # not a live source: its PTS do not say when it captured
+    return capture
+
+
+def _clock_to_mono(clocks: list[ClockRecord], clock_times: np.ndarray) -> np.ndarray:
+    """Map pipeline-clock times to CLOCK_MONOTONIC through the recorded clock samples."""
+    clock_ns = np.array([c.clock_ns for c in clocks], np.float64)
+    mono_ns = np.array([c.mono_ns for c in clocks], np.float64)
+    order = np.argsort(clock_ns)
+    clock_ns, mono_ns = clock_ns[order], mono_ns[order]
+    x = clock_times.astype(np.float64)
+    y = np.interp(x, clock_ns, mono_ns)
+    y = np.where(x < clock_ns[0], mono_ns[0] + (x - clock_ns[0]), y)
+    y = np.where(x > clock_ns[-1], mono_ns[-1] + (x - clock_ns[-1]), y)
+    return np.rint(y).astype(np.int64)
+
+
+QUEUE_FACTORIES = {"queue", "queue2", "multiqueue"}
+NETWORK_SINKS = {"udpsink", "multiudpsink", "srtsink", "tcpserversink", "tcpclientsink",
+                 "rtpsink", "ristsink", "dynudpsink"}  # fmt: skip
+
+
+def _segment_kind(before: Probe, after: Probe) -> str:
+    """What the time between two consecutive probes is spent on."""
+    if before.process != after.process:
+        return "network"
+    if after.is_render:
+        return "network" if after.factory in NETWORK_SINKS else "playout"
+    if "jitterbuffer" in after.factory:
+        return "jitterbuffer"
+    if after.factory in QUEUE_FACTORIES:
+        return "queue"
+    return "processing"
+
+
+def _media(caps: str) -> str:
+    kind = caps.split("/", 1)[0]
+    return kind if kind in ("audio", "video") else "other"
+
+
+def _stream_id(probes: list[Probe], ssrc: int | None) -> str:
+    origin, last = probes[0].name.rsplit(":", 1)[0], probes[-1].name.rsplit(":", 1)[0]
+    suffix = f" ssrc={ssrc:08x}" if ssrc is not None else ""
+    return f"{origin}->{last}{suffix}"
+
+
+def _packet_counts(
+    probes: list[Probe], columns: _ProbeColumns, ssrc: int | None, journeys: Journeys,
+    has_capture: bool,
+) -> dict[str, int]:  # fmt: skip
+    """Lost and late units; duplicated and reordered packets at each network arrival."""
+    offset = 1 if has_capture else 0
+    present = journeys.times != MISSING
+    lost = np.zeros(len(present), bool)
+    late = np.zeros(len(present), bool)
+    duplicated = reordered = 0
+    for j in range(1, len(probes)):
+        if probes[j].process == probes[j - 1].process:
+            continue
+        col = j + offset
+        lost |= present[:, col - 1] & ~present[:, col]
+        same_process = [k for k in range(j + 1, len(probes)) if probes[k].process == probes[j].process]
+        for k in same_process:
+            late |= present[:, col] & ~present[:, k + offset]
+        if ssrc is not None:
+            arrivals = columns.events(probes[j].index)
+            arrivals = arrivals.select(arrivals.is_rtp & (arrivals.ssrc == ssrc))
+            duplicated += _duplicates(arrivals)
+            reordered += _reordered(arrivals)
+    return {
+        "lost": int(lost.sum()),
+        "late": int((late & ~lost).sum()),
+        "duplicated": duplicated,
+        "reordered": reordered,
+    }
+
+
+def _duplicates(ev: ProbeEvents) -> int:
+    return int(len(ev.t_ns) - len(np.unique(ev.packet_keys())))
+
+
+def _reordered(ev: ProbeEvents) -> int:
+    """Packets that arrived after a packet with a higher (unwrapped) sequence number."""
+    if len(ev.t_ns) < 2:
+        return 0
+    seq = ev.seq[np.argsort(ev.t_ns, kind="stable")].astype(np.int64)
+    step = np.diff(seq)
+    step = np.where(step < -32768, step + 65536, np.where(step > 32768, step - 65536, step))
+    extended = np.concatenate([[0], np.cumsum(step)])
+    return int(np.sum(extended[1:] < np.maximum.accumulate(extended)[:-1]))

@@ -1,0 +1,135 @@
+"""Find the paths media takes through a run: pad links inside a process, RTP across processes.
+
+A path is the ordered list of probes one stream passes, from the source element
+that produced the media to the sink that rendered it. Inside a process it follows
+pad links (each probe names its peer element); across processes it follows the
+RTP SSRC from a sink that sent packets to a source that received them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from latlab.ingest.events import EventTable, Probe
+from latlab.ingest.trace_format import Kind
+
+MAX_PATH_LENGTH = 256
+
+
+@dataclass(frozen=True)
+class StreamPath:
+    """One stream's path: probes in order, and the SSRC it crossed the network with."""
+
+    probes: tuple[int, ...]
+    ssrc: int | None
+
+    @property
+    def origin(self) -> int:
+        """The first probe (the source element's src pad)."""
+        return self.probes[0]
+
+
+class _Index:
+    """Per-probe facts needed to walk the graph, computed column-wise once."""
+
+    def __init__(self, table: EventTable) -> None:
+        self.table = table
+        n = len(table.probes)
+        probe = table.columns["probe"]
+        counts = np.bincount(probe, minlength=n)
+        rtp_counts = np.bincount(probe, weights=table.columns["is_rtp"], minlength=n)
+        self.is_rtp = rtp_counts > 0.5 * np.maximum(counts, 1)
+        self.counts = counts
+        self.ssrcs = self._ssrcs_per_probe()
+        self.by_element: dict[tuple[int, str], list[Probe]] = defaultdict(list)
+        for p in table.probes:
+            if p.kind == Kind.PUSH:
+                self.by_element[(p.process, p.element)].append(p)
+        self.render: dict[tuple[int, str], Probe] = {
+            (p.process, p.element): p for p in table.probes if p.kind == Kind.DONE
+        }
+
+    def _ssrcs_per_probe(self) -> dict[int, set[int]]:
+        cols = self.table.columns
+        rtp = cols["is_rtp"]
+        pairs = np.unique(np.stack([cols["probe"][rtp].astype(np.int64),
+                                    cols["ssrc"][rtp].astype(np.int64)]), axis=1)  # fmt: skip
+        out: dict[int, set[int]] = defaultdict(set)
+        for probe, ssrc in pairs.T:
+            out[int(probe)].add(int(ssrc))
+        return out
+
+
+def find_paths(table: EventTable) -> list[StreamPath]:
+    """Every path from a media source to a sink, following RTP across processes."""
+    index = _Index(table)
+    paths: list[StreamPath] = []
+    for probe in table.probes:
+        if _is_media_origin(probe, index):
+            for probes, ssrc in _walk(index, probe, ssrc=None, depth=0):
+                paths.append(StreamPath(tuple(probes), ssrc))
+    if not paths:  # receive-only traces: start at a source that carried RTP
+        for probe in table.probes:
+            if probe.element_is_source and index.is_rtp[probe.index]:
+                for ssrc in sorted(index.ssrcs.get(probe.index, ())):
+                    for probes, _ in _walk(index, probe, ssrc=ssrc, depth=0):
+                        paths.append(StreamPath(tuple(probes), ssrc))
+    return paths
+
+
+def _is_media_origin(probe: Probe, index: _Index) -> bool:
+    return (
+        probe.kind == Kind.PUSH
+        and probe.element_is_source
+        and not index.is_rtp[probe.index]
+        and index.counts[probe.index] > 0
+    )
+
+
+def _walk(
+    index: _Index, probe: Probe, ssrc: int | None, depth: int
+) -> list[tuple[list[int], int | None]]:
+    """All continuations from ``probe`` to a render probe (depth-first)."""
+    if depth > MAX_PATH_LENGTH:
+        return []
+    key = (probe.process, probe.peer_element)
+    results: list[tuple[list[int], int | None]] = []
+    render = index.render.get(key)
+    if render is not None:
+        results += _after_render(index, probe, render, ssrc, depth)
+    for nxt in index.by_element.get(key, []):
+        if nxt.index != probe.index:
+            for rest, rest_ssrc in _walk(index, nxt, ssrc, depth + 1):
+                results.append(([probe.index, *rest], rest_ssrc))
+    return results
+
+
+def _after_render(
+    index: _Index, probe: Probe, render: Probe, ssrc: int | None, depth: int
+) -> list[tuple[list[int], int | None]]:
+    """End the path at a sink, or cross to the processes that received its RTP packets."""
+    here = [probe.index, render.index]
+    if not index.is_rtp[probe.index]:
+        return [(here, ssrc)]
+    results: list[tuple[list[int], int | None]] = []
+    for packet_ssrc in sorted(index.ssrcs.get(probe.index, ())):
+        if ssrc is not None and packet_ssrc != ssrc:
+            continue
+        for receiver in _receivers(index, probe.process, packet_ssrc):
+            for rest, _ in _walk(index, receiver, packet_ssrc, depth + 1):
+                results.append(([*here, *rest], packet_ssrc))
+    return results or [(here, ssrc)]
+
+
+def _receivers(index: _Index, sender_process: int, ssrc: int) -> list[Probe]:
+    """Source pads in other processes that carried packets of ``ssrc``."""
+    return [
+        p
+        for p in index.table.probes
+        if p.process != sender_process
+        and p.element_is_source
+        and ssrc in index.ssrcs.get(p.index, ())
+    ]

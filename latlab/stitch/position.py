@@ -1,0 +1,168 @@
+"""Media positions: where each observed buffer sits in its stream's own timeline.
+
+Positions are nanoseconds in the running time of the stream's origin (the PTS
+of the source that produced the media). Each probe's events are mapped there:
+
+* raw media in the origin process: its PTS and duration;
+* RTP packets anywhere: looked up by (sequence number, RTP timestamp) in the
+  table the payloader's output taught us (each packet's PTS and the next one's);
+* raw media in a receiving process: its PTS, mapped through the knots that the
+  receiver's last RTP probe gives (receiver PTS of each packet -> its position).
+
+Every mapping is learned from observed events; nothing assumes a clock rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+MISSING = -1
+
+
+@dataclass
+class ProbeEvents:
+    """The events of one probe, as columns."""
+
+    t_ns: np.ndarray
+    pts: np.ndarray
+    duration: np.ndarray
+    thread: np.ndarray
+    is_rtp: np.ndarray
+    ssrc: np.ndarray
+    seq: np.ndarray
+    rtp_ts: np.ndarray
+
+    def select(self, mask: np.ndarray) -> ProbeEvents:
+        """The events where ``mask`` is true."""
+        return ProbeEvents(**{k: v[mask] for k, v in self.__dict__.items()})
+
+    def packet_keys(self) -> np.ndarray:
+        """(sequence number, RTP timestamp) packed into one integer per packet."""
+        return (self.seq.astype(np.int64) << 32) | self.rtp_ts.astype(np.int64)
+
+
+@dataclass
+class Ranges:
+    """Media ranges [start, end) of a probe's events, with their times and threads."""
+
+    start: np.ndarray
+    end: np.ndarray
+    t_ns: np.ndarray
+    thread: np.ndarray
+
+
+@dataclass
+class PacketTable:
+    """What the first RTP probe of a stream teaches: each packet's media range."""
+
+    keys: np.ndarray  # sorted packet keys
+    start: np.ndarray
+    end: np.ndarray
+
+
+def _ends_from_starts(start: np.ndarray) -> np.ndarray:
+    """End of each range = the next distinct start; the last gets the median step."""
+    order = np.argsort(start, kind="stable")
+    sorted_start = start[order]
+    uniq = np.unique(sorted_start)
+    if len(uniq) < 2:
+        return start + 1
+    step = int(np.median(np.diff(uniq)))
+    nxt_idx = np.searchsorted(uniq, sorted_start, side="right")
+    nxt = np.where(nxt_idx < len(uniq), uniq[np.minimum(nxt_idx, len(uniq) - 1)], sorted_start + step)
+    end = np.empty_like(start)
+    end[order] = nxt
+    return end
+
+
+def raw_ranges(ev: ProbeEvents) -> Ranges:
+    """Ranges of raw media whose PTS is already a position (origin process)."""
+    ok = ev.pts >= 0
+    ev = ev.select(ok)
+    end = np.where(ev.duration > 0, ev.pts + ev.duration, -1)
+    if np.any(end < 0):
+        guessed = _ends_from_starts(ev.pts)
+        end = np.where(end < 0, guessed, end)
+    return Ranges(ev.pts, end, ev.t_ns, ev.thread)
+
+
+def learn_packet_table(ev: ProbeEvents, ssrc: int) -> PacketTable:
+    """Learn each packet's media range from the probe where packets are made (payloader)."""
+    ev = ev.select(ev.is_rtp & (ev.ssrc == ssrc) & (ev.pts >= 0))
+    keys, first = np.unique(ev.packet_keys(), return_index=True)
+    start = ev.pts[first]
+    end = _ends_from_starts(start)
+    # Packets of equal PTS (a frame split over several packets) share the frame's range.
+    return PacketTable(keys, start, end)
+
+
+def rtp_ranges(ev: ProbeEvents, table: PacketTable, ssrc: int) -> Ranges:
+    """Ranges of RTP packets, looked up in the packet table."""
+    ev = ev.select(ev.is_rtp & (ev.ssrc == ssrc))
+    keys = ev.packet_keys()
+    idx = np.searchsorted(table.keys, keys)
+    idx_c = np.minimum(idx, max(len(table.keys) - 1, 0))
+    found = (idx < len(table.keys)) & (table.keys[idx_c] == keys) if len(table.keys) else idx < 0
+    return Ranges(table.start[idx_c][found], table.end[idx_c][found], ev.t_ns[found],
+                  ev.thread[found])  # fmt: skip
+
+
+def receiver_knots(ev: ProbeEvents, table: PacketTable, ssrc: int) -> tuple[np.ndarray, np.ndarray]:
+    """Knots mapping a receiver's PTS to positions, from its RTP probe nearest the raw media."""
+    ev = ev.select(ev.is_rtp & (ev.ssrc == ssrc) & (ev.pts >= 0))
+    ranges = rtp_ranges(ev, table, ssrc)
+    keys = ev.packet_keys()
+    found = np.isin(keys, table.keys)
+    recv_pts = ev.pts[found]
+    pos = ranges.start
+    recv_pts, first = np.unique(recv_pts, return_index=True)
+    return recv_pts, pos[first]
+
+
+def map_through_knots(pts: np.ndarray, knots_x: np.ndarray, knots_y: np.ndarray) -> np.ndarray:
+    """Piecewise-linear map of receiver PTS to positions, slope 1 beyond the knots."""
+    if len(knots_x) == 0:
+        return np.full(len(pts), MISSING, np.int64)
+    x = pts.astype(np.float64)
+    kx = knots_x.astype(np.float64)
+    ky = knots_y.astype(np.float64)
+    y = np.interp(x, kx, ky)
+    y = np.where(x < kx[0], ky[0] + (x - kx[0]), y)
+    y = np.where(x > kx[-1], ky[-1] + (x - kx[-1]), y)
+    return np.rint(y).astype(np.int64)
+
+
+def mapped_ranges(ev: ProbeEvents, knots: tuple[np.ndarray, np.ndarray]) -> Ranges:
+    """Ranges of raw media in a receiving process, mapped through the knots."""
+    ok = ev.pts >= 0
+    ev = ev.select(ok)
+    start = map_through_knots(ev.pts, *knots)
+    end_pts = np.where(ev.duration > 0, ev.pts + ev.duration, -1)
+    end = map_through_knots(end_pts, *knots)
+    if np.any(end_pts < 0):
+        end = np.where(end_pts < 0, _ends_from_starts(start), end)
+    return Ranges(start, end, ev.t_ns, ev.thread)
+
+
+def first_covering(ranges: Ranges, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each position, the time (and thread) of the earliest event whose range covers it.
+
+    Returns ``(t_ns, thread)`` with MISSING where no event covers the position.
+    """
+    t_out = np.full(len(positions), MISSING, np.int64)
+    thr_out = np.full(len(positions), MISSING, np.int32)
+    if len(ranges.start) == 0:
+        return t_out, thr_out
+    order = np.lexsort((ranges.t_ns, ranges.start))
+    start, end = ranges.start[order], ranges.end[order]
+    t_ns, thread = ranges.t_ns[order], ranges.thread[order]
+    start_u, first = np.unique(start, return_index=True)  # earliest event per start
+    end_u = np.maximum.reduceat(end, first)
+    idx = np.searchsorted(start_u, positions, side="right") - 1
+    idx_c = np.maximum(idx, 0)
+    covered = (idx >= 0) & (positions < end_u[idx_c])
+    t_out[covered] = t_ns[first][idx_c[covered]]
+    thr_out[covered] = thread[first][idx_c[covered]]
+    return t_out, thr_out

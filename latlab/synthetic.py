@@ -1,0 +1,236 @@
+"""Synthetic runs with known answers, for testing stitching and benchmarking analysis.
+
+``make_rtp_audio_run`` writes the traces a two-process RTP audio run would
+produce (sender: source, capsfilter, payloader, udpsink; receiver: udpsrc,
+jitter buffer, depayloader, a re-framing element, a clocked sink) with planted
+delays, loss, reordering and duplicates, and returns the true time each unit
+passed each probe, computed independently of latlab's stitching.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from latlab.ingest.trace_format import EVENT_DTYPE, NONE_U64, EventFlag, Kind, PadFlag
+from latlab.ingest.trace_writer import TraceWriter
+
+MS = 1_000_000
+US = 1_000
+SSRC = 0x1234ABCD
+RATE = 48_000
+
+
+@dataclass
+class SyntheticRtpAudio:
+    """Parameters of a synthetic RTP audio run (all times in ns)."""
+
+    units: int = 1000  # 10 ms source buffers
+    source_period: int = 10 * MS
+    ptime: int = 20 * MS
+    split: int = 5 * MS  # receiver re-framing
+    capsfilter_delay: int = 20 * US
+    payloader_delay: int = 50 * US
+    send_delay: int = 30 * US
+    network_delay: int = 3 * MS
+    network_jitter: int = 0
+    jitterbuffer_latency: int = 20 * MS
+    depay_delay: int = 40 * US
+    split_delay: int = 10 * US
+    render_delay: int = 2 * MS  # sink waits until its clock says so
+    loss: float = 0.0
+    duplicate: float = 0.0
+    reorder: float = 0.0
+    seq_start: int = 65_000  # wraps within a few seconds
+    seed: int = 1
+    sender_base: int = 1_000_000 * MS
+    receiver_base: int = 999_000 * MS
+
+
+@dataclass
+class SyntheticResult:
+    """Where the traces went and the true journey times (units x probes, -1 = missing)."""
+
+    trace_dir: Path
+    probe_names: list[str]
+    truth: np.ndarray
+    packets_lost: int
+    packets_duplicated: int
+    packets_reordered: int
+    events: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+def _records(n: int) -> np.ndarray:
+    rec = np.zeros(n, EVENT_DTYPE)
+    for name in ("pts", "dts", "duration", "offset", "offset_end"):
+        rec[name] = NONE_U64
+    return rec
+
+
+def _raw(t, pts, dur, pad_id, thread, offset=None) -> np.ndarray:
+    rec = _records(len(t))
+    rec["t_ns"], rec["pts"], rec["duration"] = t, pts, dur
+    rec["pad_id"], rec["thread_idx"], rec["size"] = pad_id, thread, 1920
+    if offset is not None:
+        rec["offset"], rec["offset_end"] = offset, offset + dur * RATE // 1_000_000_000
+    return rec
+
+
+def _rtp(t, pts, seq, rtp_ts, pad_id, thread, kind=Kind.PUSH) -> np.ndarray:
+    rec = _raw(t, pts, np.full(len(t), NONE_U64), pad_id, thread)
+    rec["rtp_ssrc"], rec["rtp_seq"], rec["rtp_ts"] = SSRC, seq & 0xFFFF, rtp_ts & 0xFFFFFFFF
+    rec["rtp_pt"], rec["event_flags"], rec["kind"] = 96, EventFlag.RTP, kind
+    return rec
+
+
+class _Sender:
+    def __init__(self, p: SyntheticRtpAudio) -> None:
+        k = np.arange(p.units, dtype=np.int64)
+        self.src_pts = k * p.source_period
+        self.src_push = p.sender_base + self.src_pts + p.source_period + (k % 7) * 13 * US
+        self.caps_push = self.src_push + p.capsfilter_delay
+        per_packet = p.ptime // p.source_period
+        m = np.arange(p.units // per_packet, dtype=np.int64)
+        self.pkt_pts = m * p.ptime
+        self.pkt_push = self.caps_push[(m + 1) * per_packet - 1] + p.payloader_delay
+        self.pkt_done = self.pkt_push + p.send_delay
+        self.seq = p.seq_start + m
+        self.rtp_ts = 4242 + m * (p.ptime * RATE // 1_000_000_000)
+
+
+def _arrivals(p: SyntheticRtpAudio, s: _Sender, rng: np.random.Generator):
+    """Packets as they reach the receiver: lost ones removed, duplicates and reorders added."""
+    n = len(s.pkt_pts)
+    delay = p.network_delay + (rng.normal(0, p.network_jitter, n).astype(np.int64)
+                               if p.network_jitter else 0)  # fmt: skip
+    arrive = s.pkt_done + np.maximum(delay, 0)
+    late = np.flatnonzero(rng.random(n - 1) < p.reorder)
+    arrive[late] = arrive[late + 1] + 1 * MS  # overtaken by the next packet
+    kept = rng.random(n) >= p.loss
+    idx = np.flatnonzero(kept)
+    dup = idx[rng.random(len(idx)) < p.duplicate]
+    all_idx = np.concatenate([idx, dup])
+    all_t = np.concatenate([arrive[idx], arrive[dup] + 500 * US])
+    order = np.argsort(all_t, kind="stable")
+    return all_idx[order], all_t[order], kept, len(late), len(dup)
+
+
+def make_rtp_audio_run(out_dir: Path, params: SyntheticRtpAudio | None = None) -> SyntheticResult:
+    """Write sender and receiver traces of a synthetic RTP audio run into ``out_dir``."""
+    p = params or SyntheticRtpAudio()
+    rng = np.random.default_rng(p.seed)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    s = _Sender(p)
+    arr_idx, arr_t, kept, reordered, duplicated = _arrivals(p, s, rng)
+    first_arrival = np.full(len(s.pkt_pts), -1, np.int64)
+    np.minimum.at(first_arrival.view(np.uint64), arr_idx, arr_t.view(np.uint64))
+    first_arrival[~kept] = -1
+
+    # Receiver: the jitter buffer releases packet m at a fixed schedule; late ones are dropped.
+    recv_pts0 = int(first_arrival[kept][0]) - p.receiver_base
+    recv_pts = recv_pts0 + s.pkt_pts
+    jb_out = p.receiver_base + recv_pts + p.jitterbuffer_latency
+    released = kept & (first_arrival <= jb_out)
+    depay = jb_out + p.depay_delay
+    per_split = p.ptime // p.split
+    rel = np.flatnonzero(released)
+    sub = np.arange(per_split, dtype=np.int64)
+    split_pts = (recv_pts[rel][:, None] + sub * p.split).ravel()
+    split_push = np.repeat(depay[rel] + p.split_delay, per_split)
+    render = np.maximum(split_push, p.receiver_base + split_pts + p.jitterbuffer_latency
+                        + p.render_delay)  # fmt: skip
+
+    _write_sender(out_dir, p, s)
+    _write_receiver(out_dir, p, s, (arr_idx, arr_t), rel, (recv_pts, jb_out, depay),
+                    (split_pts, split_push, render))  # fmt: skip
+    truth, names = _truth(p, s, first_arrival, released, (jb_out, depay),
+                          (split_pts, split_push, render, recv_pts0))  # fmt: skip
+    events = 4 * len(s.src_pts) // 2 + 2 * len(s.pkt_pts) + len(arr_idx) + 2 * len(rel) \
+        + 2 * len(split_pts)  # fmt: skip
+    return SyntheticResult(out_dir, names, truth, int((~kept).sum()), duplicated, reordered,
+                           events)  # fmt: skip
+
+
+def _write_sender(out_dir: Path, p: SyntheticRtpAudio, s: _Sender) -> None:
+    src = PadFlag.SRC
+    with TraceWriter(out_dir / "sender-100.lltrace", pid=100) as w:
+        w.info(process="sender", hostname="synthetic")
+        w.pad(1, "audiotestsrc0", flags=src | PadFlag.ELEMENT_IS_SOURCE, factory="audiotestsrc",
+              peer_element="capsfilter0", peer_factory="capsfilter")  # fmt: skip
+        w.pad(2, "capsfilter0", factory="capsfilter", peer_element="rtpL16pay0",
+              peer_factory="rtpL16pay")  # fmt: skip
+        w.pad(3, "rtpL16pay0", flags=src | PadFlag.PEER_IS_SINK, factory="rtpL16pay",
+              peer_element="udpsink0", peer_factory="udpsink")  # fmt: skip
+        w.caps(1, 0, "audio/x-raw, format=(string)S16BE, rate=(int)48000, channels=(int)2")
+        w.caps(3, 0, "application/x-rtp, media=(string)audio, clock-rate=(int)48000")
+        w.thread(0, 100, "audiotestsrc0:src")
+        w.clock(1, p.sender_base, p.sender_base, p.sender_base)
+        offsets = s.src_pts * RATE // 1_000_000_000
+        w.events(_raw(s.src_push, s.src_pts, np.full(p.units, p.source_period), 1, 0, offsets))
+        w.events(_raw(s.caps_push, s.src_pts, np.full(p.units, p.source_period), 2, 0, offsets))
+        w.events(_rtp(s.pkt_push, s.pkt_pts, s.seq, s.rtp_ts, 3, 0))
+        w.events(_rtp(s.pkt_done, s.pkt_pts, s.seq, s.rtp_ts, 3, 0, Kind.DONE))
+
+
+def _write_receiver(out_dir, p, s, arrivals, rel, jb, split) -> None:
+    arr_idx, arr_t = arrivals
+    recv_pts, jb_out, depay = jb
+    split_pts, split_push, render = split
+    src = PadFlag.SRC
+    with TraceWriter(out_dir / "receiver-200.lltrace", pid=200) as w:
+        w.info(process="receiver", hostname="synthetic")
+        w.pad(1, "udpsrc0", flags=src | PadFlag.ELEMENT_IS_SOURCE, factory="udpsrc",
+              peer_element="rtpjitterbuffer0", peer_factory="rtpjitterbuffer")  # fmt: skip
+        w.pad(2, "rtpjitterbuffer0", factory="rtpjitterbuffer", peer_element="rtpL16depay0",
+              peer_factory="rtpL16depay")  # fmt: skip
+        w.pad(3, "rtpL16depay0", factory="rtpL16depay", peer_element="split0",
+              peer_factory="audiobuffersplit")  # fmt: skip
+        w.pad(4, "split0", flags=src | PadFlag.PEER_IS_SINK, factory="audiobuffersplit",
+              peer_element="fakesink0", peer_factory="fakesink")  # fmt: skip
+        w.caps(1, 0, "application/x-rtp, media=(string)audio, clock-rate=(int)48000")
+        w.caps(3, 0, "audio/x-raw, rate=(int)48000, channels=(int)2")
+        for idx, name in enumerate(("udpsrc0:src", "rtpjitterbuffer0:src")):
+            w.thread(idx, 200 + idx, name)
+        w.clock(1, p.receiver_base, p.receiver_base, p.receiver_base)
+        w.events(_rtp(arr_t, arr_t - p.receiver_base, s.seq[arr_idx], s.rtp_ts[arr_idx], 1, 0))
+        w.events(_rtp(jb_out[rel], recv_pts[rel], s.seq[rel], s.rtp_ts[rel], 2, 1))
+        dur = np.full(len(rel), p.ptime)
+        w.events(_raw(depay[rel], recv_pts[rel], dur, 3, 1))
+        sdur = np.full(len(split_pts), p.split)
+        w.events(_raw(split_push, split_pts, sdur, 4, 1))
+        done = _raw(render, split_pts, sdur, 4, 1)
+        done["kind"] = Kind.DONE
+        w.events(done)
+
+
+def _truth(p, s, first_arrival, released, jb, split):
+    """True passage times per 10 ms unit (-1 where the unit never passed)."""
+    jb_out, depay = jb
+    split_pts, split_push, render, recv_pts0 = split
+    u = np.arange(p.units, dtype=np.int64)
+    m = (u * p.source_period) // p.ptime  # packet holding the unit's end
+    unit_end_rel = (u * p.source_period + p.source_period - 1) - m * p.ptime
+    sub = unit_end_rel // p.split
+    # Position of the split buffer holding the unit's end, in the receiver's PTS.
+    key = recv_pts0 + m * p.ptime + sub * p.split
+    where = np.searchsorted(split_pts, key)
+    where_c = np.minimum(where, len(split_pts) - 1)
+    has_split = (where < len(split_pts)) & (split_pts[where_c] == key) & released[m]
+    miss = -1
+    cols = [
+        p.sender_base + u * p.source_period,  # capture of the unit's first sample
+        s.src_push, s.caps_push, s.pkt_push[m], s.pkt_done[m],
+        np.where(first_arrival[m] >= 0, first_arrival[m], miss),
+        np.where(released[m], jb_out[m], miss),
+        np.where(released[m], depay[m], miss),
+        np.where(has_split, split_push[where_c], miss),
+        np.where(has_split, render[where_c], miss),
+    ]  # fmt: skip
+    names = ["sender/audiotestsrc0:capture", "sender/audiotestsrc0:src", "sender/capsfilter0:src",
+             "sender/rtpL16pay0:src", "sender/udpsink0:sink", "receiver/udpsrc0:src",
+             "receiver/rtpjitterbuffer0:src", "receiver/rtpL16depay0:src", "receiver/split0:src",
+             "receiver/fakesink0:sink"]  # fmt: skip
+    return np.column_stack(cols).astype(np.int64), names
