@@ -115,7 +115,17 @@ def _arrivals(p: SyntheticRtpAudio, s: _Sender, rng: np.random.Generator):
     all_idx = np.concatenate([idx, dup])
     all_t = np.concatenate([arrive[idx], arrive[dup] + 500 * US])
     order = np.argsort(all_t, kind="stable")
-    return all_idx[order], all_t[order], kept, len(late), len(dup)
+    return all_idx[order], all_t[order], kept, _count_reordered(all_idx[order]), len(dup)
+
+
+def _count_reordered(packet_order: np.ndarray) -> int:
+    """Arrivals of a packet older than one already seen (a plain loop: the reference)."""
+    newest, count = -1, 0
+    for packet in packet_order.tolist():
+        if packet < newest:
+            count += 1
+        newest = max(newest, packet)
+    return count
 
 
 def make_rtp_audio_run(out_dir: Path, params: SyntheticRtpAudio | None = None) -> SyntheticResult:
@@ -154,6 +164,14 @@ def make_rtp_audio_run(out_dir: Path, params: SyntheticRtpAudio | None = None) -
                            events)  # fmt: skip
 
 
+def _write_in_time_order(w: TraceWriter, parts: list[np.ndarray], chunk: int = 1024) -> None:
+    """Write events as the tracer does: in time order, in chunks."""
+    records = np.concatenate(parts)
+    records = records[np.argsort(records["t_ns"], kind="stable")]
+    for start in range(0, len(records), chunk):
+        w.events(records[start : start + chunk])
+
+
 def _write_sender(out_dir: Path, p: SyntheticRtpAudio, s: _Sender) -> None:
     src = PadFlag.SRC
     with TraceWriter(out_dir / "sender-100.lltrace", pid=100) as w:
@@ -169,10 +187,12 @@ def _write_sender(out_dir: Path, p: SyntheticRtpAudio, s: _Sender) -> None:
         w.thread(0, 100, "audiotestsrc0:src")
         w.clock(1, p.sender_base, p.sender_base, p.sender_base)
         offsets = s.src_pts * RATE // 1_000_000_000
-        w.events(_raw(s.src_push, s.src_pts, np.full(p.units, p.source_period), 1, 0, offsets))
-        w.events(_raw(s.caps_push, s.src_pts, np.full(p.units, p.source_period), 2, 0, offsets))
-        w.events(_rtp(s.pkt_push, s.pkt_pts, s.seq, s.rtp_ts, 3, 0))
-        w.events(_rtp(s.pkt_done, s.pkt_pts, s.seq, s.rtp_ts, 3, 0, Kind.DONE))
+        _write_in_time_order(w, [
+            _raw(s.src_push, s.src_pts, np.full(p.units, p.source_period), 1, 0, offsets),
+            _raw(s.caps_push, s.src_pts, np.full(p.units, p.source_period), 2, 0, offsets),
+            _rtp(s.pkt_push, s.pkt_pts, s.seq, s.rtp_ts, 3, 0),
+            _rtp(s.pkt_done, s.pkt_pts, s.seq, s.rtp_ts, 3, 0, Kind.DONE),
+        ])  # fmt: skip
 
 
 def _write_receiver(out_dir, p, s, arrivals, rel, jb, split) -> None:
@@ -195,15 +215,17 @@ def _write_receiver(out_dir, p, s, arrivals, rel, jb, split) -> None:
         for idx, name in enumerate(("udpsrc0:src", "rtpjitterbuffer0:src")):
             w.thread(idx, 200 + idx, name)
         w.clock(1, p.receiver_base, p.receiver_base, p.receiver_base)
-        w.events(_rtp(arr_t, arr_t - p.receiver_base, s.seq[arr_idx], s.rtp_ts[arr_idx], 1, 0))
-        w.events(_rtp(jb_out[rel], recv_pts[rel], s.seq[rel], s.rtp_ts[rel], 2, 1))
         dur = np.full(len(rel), p.ptime)
-        w.events(_raw(depay[rel], recv_pts[rel], dur, 3, 1))
         sdur = np.full(len(split_pts), p.split)
-        w.events(_raw(split_push, split_pts, sdur, 4, 1))
         done = _raw(render, split_pts, sdur, 4, 1)
         done["kind"] = Kind.DONE
-        w.events(done)
+        _write_in_time_order(w, [
+            _rtp(arr_t, arr_t - p.receiver_base, s.seq[arr_idx], s.rtp_ts[arr_idx], 1, 0),
+            _rtp(jb_out[rel], recv_pts[rel], s.seq[rel], s.rtp_ts[rel], 2, 1),
+            _raw(depay[rel], recv_pts[rel], dur, 3, 1),
+            _raw(split_push, split_pts, sdur, 4, 1),
+            done,
+        ])  # fmt: skip
 
 
 def _truth(p, s, first_arrival, released, jb, split):
