@@ -27,8 +27,9 @@ def _stitch(tmp_path: Path, params: SyntheticRtpAudio):
         SyntheticRtpAudio(units=1500),
         SyntheticRtpAudio(units=1500, ptime=10 * MS, split=10 * MS),
         SyntheticRtpAudio(units=1500, ptime=40 * MS, split=5 * MS, network_jitter=2 * MS),
-        SyntheticRtpAudio(units=3000, loss=0.03, duplicate=0.02, reorder=0.02, seed=7,
-                          network_jitter=1 * MS),  # fmt: skip
+        SyntheticRtpAudio(
+            units=3000, loss=0.03, duplicate=0.02, reorder=0.02, seed=7, network_jitter=1 * MS
+        ),  # fmt: skip
     ],
     ids=["plain", "no-reframing", "reframing-jitter", "loss-dup-reorder"],
 )

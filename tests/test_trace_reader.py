@@ -87,7 +87,9 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_cli_reports_a_bad_trace_in_one_line(tmp_path: Path) -> None:
-    (tmp_path / "a.lltrace").write_bytes(b"LLTRACE\0" + struct.pack("<HHHH", 7, 32, 80, 0) + bytes(16))
+    (tmp_path / "a.lltrace").write_bytes(
+        b"LLTRACE\0" + struct.pack("<HHHH", 7, 32, 80, 0) + bytes(16)
+    )
     result = _cli("report", str(tmp_path))
     assert result.returncode != 0
     assert "Traceback" not in result.stderr

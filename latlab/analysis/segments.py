@@ -72,12 +72,16 @@ def _handoffs(journeys: Journeys) -> dict[str, float | int | list]:
     changes = np.sum(known & (threads[:, 1:] != threads[:, :-1]), axis=1)
     if len(changes) == 0:
         return {"mean": 0.0, "min": 0, "max": 0, "table": []}
-    values, counts = np.unique(changes, return_counts=True)
+    counts = np.bincount(changes)
+    values = np.flatnonzero(counts)
+    counts = counts[values]
     return {
         "mean": float(changes.mean()),
         "min": int(changes.min()),
         "max": int(changes.max()),
-        "table": [{"handoffs": int(v), "count": int(c)} for v, c in zip(values, counts, strict=True)],
+        "table": [
+            {"handoffs": int(v), "count": int(c)} for v, c in zip(values, counts, strict=True)
+        ],
     }
 
 
@@ -87,14 +91,11 @@ def probe_cadence(table: EventTable) -> dict[str, dict]:
     ``irregular`` counts intervals longer than 1.5x the median: periods that
     doubled up (the thesis's figure 3.14).
     """
-    cols = table.columns
-    order = np.lexsort((cols["t_ns"], cols["probe"]))
-    probe, t_ns = cols["probe"][order], cols["t_ns"][order]
-    bounds = np.searchsorted(probe, np.arange(len(table.probes) + 1))
     out: dict[str, dict] = {}
     for p in table.probes:
-        times = np.unique(t_ns[bounds[p.index] : bounds[p.index + 1]])
+        times = np.sort(table.probe_column(p.index, "t_ns"))
         intervals = np.diff(times)
+        intervals = intervals[intervals > 0]  # buffers of one list share a time
         if len(intervals) == 0:
             continue
         stats = describe(intervals)

@@ -66,6 +66,13 @@ def distribution_table(values_ns: np.ndarray, width_ms: float | None = None) -> 
         for i, c in enumerate(counts[:-1])
     ]
     if counts[-1]:
-        rows.append({"lo_ms": round((last + 1) * width, 6), "hi_ms": float(values.max()),
-                     "count": int(counts[-1]), "share": float(counts[-1] / total), "open": True})
+        rows.append(
+            {
+                "lo_ms": round((last + 1) * width, 6),
+                "hi_ms": float(values.max()),
+                "count": int(counts[-1]),
+                "share": float(counts[-1] / total),
+                "open": True,
+            }
+        )
     return rows

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from latlab.ingest.trace_format import NONE_U64, EventFlag, Kind, PadFlag
+from latlab.ingest.trace_format import EVENT_DTYPE, EventFlag, Kind, PadFlag
 from latlab.ingest.trace_reader import ClockRecord, PadInfo, Trace, TraceError, read_trace
 
 
@@ -71,22 +71,42 @@ class ProcessTrace:
 
 
 COLUMNS = (
-    "process", "probe", "t_ns", "pts", "dts", "duration", "offset", "offset_end", "size",
-    "buffer_flags", "is_rtp", "ssrc", "seq", "rtp_ts", "pt", "marker", "kind", "thread",
+    "process", "probe", "t_ns", "pts", "duration", "size", "buffer_flags", "is_rtp", "ssrc",
+    "seq", "rtp_ts", "pt", "marker", "kind", "thread",
 )  # fmt: skip
 
 
 @dataclass
 class EventTable:
-    """All events of a run, columnar; ``None`` times are -1."""
+    """All events of a run, columnar, one part per process, grouped by probe.
 
-    columns: dict[str, np.ndarray]
+    ``probe_column(probe, name)`` is a view of one probe's events (in file
+    order); ``columns`` concatenates all parts (for export). Missing times (PTS,
+    duration) are -1.
+    """
+
+    parts: list[dict[str, np.ndarray]]
     probes: list[Probe]
     processes: list[ProcessTrace]
+    bounds: np.ndarray  # per probe: [start, stop) within its process's part
     threads: list[tuple[int, int, str]] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.columns["t_ns"])
+        return sum(len(part["t_ns"]) for part in self.parts)
+
+    def probe_count(self, probe: int) -> int:
+        """How many events a probe has."""
+        return int(self.bounds[probe, 1] - self.bounds[probe, 0])
+
+    def probe_column(self, probe: int, name: str) -> np.ndarray:
+        """One column of one probe's events (a view)."""
+        part = self.parts[self.probes[probe].process]
+        return part[name][self.bounds[probe, 0] : self.bounds[probe, 1]]
+
+    @property
+    def columns(self) -> dict[str, np.ndarray]:
+        """All events, every process, as one set of columns (copies)."""
+        return {c: np.concatenate([part[c] for part in self.parts]) for c in COLUMNS}
 
     def probe_by_name(self, name: str) -> Probe:
         """Look a probe up by its name."""
@@ -115,17 +135,20 @@ def find_traces(run_dir: Path) -> list[Path]:
 
 
 def load_traces(paths: list[Path]) -> EventTable:
-    """Read and combine trace files. Raises TraceError if none is usable."""
-    traces: list[Trace] = []
+    """Read and combine trace files, one at a time. Raises TraceError if none is usable."""
+    builder = _TableBuilder()
     errors: list[str] = []
     for path in paths:
         try:
-            traces.append(read_trace(path))
+            trace = read_trace(path)
         except TraceError as exc:
             errors.append(str(exc))
-    if not traces:
+            continue
+        builder.add(trace)
+        del trace
+    if not builder.processes:
         raise TraceError(errors[0] if errors else "no trace files found")
-    table = _combine(traces)
+    table = builder.build()
     for message in errors:
         table.processes.append(
             ProcessTrace(-1, "?", 0, Path(message.split(":")[0]), "", [], {}, 0, False, [message])
@@ -133,75 +156,92 @@ def load_traces(paths: list[Path]) -> EventTable:
     return table
 
 
-def _unique_names(traces: list[Trace]) -> list[str]:
-    names = [t.process for t in traces]
-    return [n if names.count(n) == 1 else f"{n}.{t.pid}" for n, t in zip(names, traces, strict=True)]
+class _TableBuilder:
+    """Accumulates per-process columns; probes are numbered in the order they are met."""
 
+    def __init__(self) -> None:
+        self.probes: list[Probe] = []
+        self.processes: list[ProcessTrace] = []
+        self.threads: list[tuple[int, int, str]] = []
+        self.parts: list[dict[str, np.ndarray]] = []
+        self.names: list[str] = []
 
-def _combine(traces: list[Trace]) -> EventTable:
-    probes: list[Probe] = []
-    processes: list[ProcessTrace] = []
-    threads: list[tuple[int, int, str]] = []
-    parts: list[dict[str, np.ndarray]] = []
-    for index, (trace, name) in enumerate(zip(traces, _unique_names(traces), strict=True)):
-        processes.append(
+    def add(self, trace: Trace) -> None:
+        index = len(self.processes)
+        name = trace.process
+        if name in self.names:
+            name = f"{name}.{trace.pid}"
+        self.names.append(name)
+        self.processes.append(
             ProcessTrace(
-                index, name, trace.pid, trace.path, trace.info.get("hostname", ""),
-                sorted(trace.clocks, key=lambda c: c.mono_ns), trace.threads,
-                trace.dropped, trace.complete, list(trace.problems),
+                index,
+                name,
+                trace.pid,
+                trace.path,
+                trace.info.get("hostname", ""),
+                sorted(trace.clocks, key=lambda c: c.mono_ns),
+                trace.threads,
+                trace.dropped,
+                trace.complete,
+                list(trace.problems),
             )  # fmt: skip
         )
-        thread_base = len(threads)
+        thread_base = len(self.threads)
         thread_ids = sorted(trace.threads)
-        threads.extend((index, *trace.threads[i]) for i in thread_ids)
-        parts.append(_columns(trace, index, name, probes, thread_base, thread_ids))
-    columns = {c: np.concatenate([p[c] for p in parts]) for c in COLUMNS}
-    return EventTable(columns, probes, processes, threads)
+        self.threads.extend((index, *trace.threads[i]) for i in thread_ids)
+        self.parts.append(_columns(trace, index, name, self.probes, thread_base, thread_ids))
 
-
-def _as_i64(values: np.ndarray) -> np.ndarray:
-    out = values.astype(np.int64)
-    out[values == NONE_U64] = -1
-    return out
+    def build(self) -> EventTable:
+        bounds = np.zeros((len(self.probes), 2), np.int64)
+        for part in self.parts:
+            counts = np.bincount(part["probe"], minlength=len(self.probes))
+            stops = np.cumsum(counts)
+            present = counts > 0
+            bounds[present, 0] = (stops - counts)[present]
+            bounds[present, 1] = stops[present]
+        return EventTable(self.parts, self.probes, self.processes, bounds, self.threads)
 
 
 def _columns(
     trace: Trace, proc: int, proc_name: str, probes: list[Probe], thread_base: int,
     thread_ids: list[int],
 ) -> dict[str, np.ndarray]:  # fmt: skip
+    """One process's events as columns, grouped by probe (a stable radix sort)."""
     ev = trace.events
-    ev = ev[ev["kind"] != Kind.EOS]
-    codes = ev["pad_id"].astype(np.int64) * 2 + (ev["kind"] == Kind.DONE)
-    unique_codes, inverse = np.unique(codes, return_inverse=True)
+    kind = ev["kind"]
+    codes = ev["pad_id"].astype(np.int64) * 2 + (kind == Kind.DONE)
+    lookup = np.full(int(codes.max(initial=0)) + 1, -1, np.int16)
     first_caps = _first_caps(trace)
-    probe_ids = np.empty(len(unique_codes), np.int32)
-    for i, code in enumerate(unique_codes):
-        pad_id, kind = divmod(int(code), 2)
+    for code in np.flatnonzero(np.bincount(codes[kind != Kind.EOS])):
+        pad_id, probe_kind = divmod(int(code), 2)
         info = trace.pads.get(pad_id) or PadInfo(pad_id, 1, 0, f"pad{pad_id}", "src", *[""] * 6)
-        probe_ids[i] = len(probes)
-        probes.append(_make_probe(len(probes), proc, proc_name, info, Kind(kind), first_caps))
+        lookup[code] = len(probes)
+        probes.append(_make_probe(len(probes), proc, proc_name, info, Kind(probe_kind), first_caps))
+    probe = lookup[codes]
+    order = np.argsort(probe, kind="stable")  # a radix sort on int16
+    order = order[np.count_nonzero(probe < 0) :]  # EOS records sort first (probe -1)
+    # Gather whole records as rows of eight-byte words: one fast pass instead of one per field.
+    words = ev.view(np.uint64).reshape(-1, EVENT_DTYPE.itemsize // 8)
+    ev = np.take(words, order, axis=0).view(EVENT_DTYPE).reshape(-1)
     thread_lookup = np.full(max(thread_ids, default=0) + 2, -1, np.int32)
     thread_lookup[thread_ids] = thread_base + np.arange(len(thread_ids), dtype=np.int32)
-    thread_idx = np.minimum(ev["thread_idx"], len(thread_lookup) - 1)
+    flags = ev["event_flags"]
     return {
         "process": np.full(len(ev), proc, np.int16),
-        "probe": probe_ids[inverse].astype(np.int32),
-        "t_ns": ev["t_ns"].astype(np.int64),
-        "pts": _as_i64(ev["pts"]),
-        "dts": _as_i64(ev["dts"]),
-        "duration": _as_i64(ev["duration"]),
-        "offset": _as_i64(ev["offset"]),
-        "offset_end": _as_i64(ev["offset_end"]),
-        "size": ev["size"].astype(np.int64),
+        "probe": probe[order],
+        "t_ns": ev["t_ns"].view(np.int64),
+        "pts": ev["pts"].view(np.int64),  # none (all ones) reads as -1
+        "duration": ev["duration"].view(np.int64),
+        "size": ev["size"],
         "buffer_flags": ev["buffer_flags"],
-        "is_rtp": (ev["event_flags"] & EventFlag.RTP) != 0,
+        "is_rtp": (flags & EventFlag.RTP) != 0,
         "ssrc": ev["rtp_ssrc"],
         "seq": ev["rtp_seq"],
         "rtp_ts": ev["rtp_ts"],
         "pt": ev["rtp_pt"] & 0x7F,
-        "marker": (ev["event_flags"] & EventFlag.MARKER) != 0,
+        "marker": (flags & EventFlag.MARKER) != 0,
         "kind": ev["kind"],
-        "thread": thread_lookup[thread_idx],
+        "thread": thread_lookup[np.minimum(ev["thread_idx"], len(thread_lookup) - 1)],
     }
 
 

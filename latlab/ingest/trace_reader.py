@@ -6,9 +6,11 @@ that was complete before the damage, and says what was lost in ``Trace.problems`
 
 from __future__ import annotations
 
+import os
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -106,18 +108,23 @@ class _Cursor:
 
 
 def read_trace(path: Path | str) -> Trace:
-    """Read a trace file; raises TraceError only when nothing in it can be used."""
+    """Read a trace file; raises TraceError only when nothing in it can be used.
+
+    Event payloads are read straight into one preallocated record array, so
+    memory stays at about the size of the file.
+    """
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            head = f.read(HEADER_SIZE)
+            header = _read_header(path, head)
+            trace = Trace(path=path, pid=int(header["pid"]),
+                          start_mono_ns=int(header["start_mono_ns"]))  # fmt: skip
+            f.seek(int(header["header_size"]))
+            trace.events = _read_chunks(trace, f, size)
     except OSError as exc:
-        raise TraceError(f"{path}: cannot read trace: {exc.strerror}") from None
-    header = _read_header(path, data)
-    trace = Trace(path=path, pid=int(header["pid"]), start_mono_ns=int(header["start_mono_ns"]))
-    event_blocks = _read_chunks(trace, data, int(header["header_size"]))
-    if event_blocks:
-        joined = b"".join(event_blocks)
-        trace.events = np.frombuffer(joined, dtype=EVENT_DTYPE)
+        raise TraceError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
     if not trace.complete and not trace.problems:
         trace.problems.append("no END record: the process did not close its trace cleanly")
     return trace
@@ -126,9 +133,9 @@ def read_trace(path: Path | str) -> Trace:
 def _read_header(path: Path, data: bytes) -> np.void:
     if len(data) < HEADER_SIZE:
         raise TraceError(f"{path}: not a latlab trace (file is {len(data)} bytes, too short)")
-    header = np.frombuffer(data[:HEADER_SIZE], dtype=HEADER_DTYPE)[0]
     if data[: len(MAGIC)] != MAGIC:
         raise TraceError(f"{path}: not a latlab trace (bad magic)")
+    header = np.frombuffer(data[:HEADER_SIZE], dtype=HEADER_DTYPE)[0]
     if int(header["version"]) != VERSION:
         raise TraceError(
             f"{path}: unknown trace version {int(header['version'])} (this latlab reads {VERSION})"
@@ -138,35 +145,38 @@ def _read_header(path: Path, data: bytes) -> np.void:
     return header
 
 
-def _read_chunks(trace: Trace, data: bytes, offset: int) -> list[bytes]:
-    """Walk the chunks; return the EVENTS payloads. Damage is recorded in trace.problems."""
-    event_blocks: list[bytes] = []
-    view = memoryview(data)
-    end = len(data)
-    while offset < end:
-        if end - offset < 8:
+def _read_chunks(trace: Trace, f: BinaryIO, size: int) -> np.ndarray:
+    """Walk the chunks; return the events. Damage is recorded in trace.problems."""
+    records = np.empty(max(size - HEADER_SIZE, 0) // RECORD_SIZE, EVENT_DTYPE)
+    raw = memoryview(records.view(np.uint8))
+    count = 0
+    offset = f.tell()
+    while offset < size:
+        head = f.read(8)
+        if len(head) < 8:
             trace.problems.append(f"truncated at byte {offset}: partial chunk header")
             break
-        ctype, length = struct.unpack_from("<II", data, offset)
-        body_start = offset + 8
-        if body_start + length > end:
+        ctype, length = struct.unpack("<II", head)
+        if offset + 8 + length > size:
             trace.problems.append(
-                f"truncated at byte {offset}: chunk of {length} bytes, {end - body_start} present"
+                f"truncated at byte {offset}: chunk of {length} bytes, {size - offset - 8} present"
             )
             break
-        payload = view[body_start : body_start + length]
-        offset = body_start + length
+        offset += 8 + length
         if ctype == Chunk.EVENTS:
             usable = length - length % RECORD_SIZE
             if usable != length:
-                trace.problems.append(f"corrupt EVENTS chunk at byte {body_start - 8}")
-            event_blocks.append(bytes(payload[:usable]))
+                trace.problems.append(f"corrupt EVENTS chunk at byte {offset - length - 8}")
+            f.readinto(raw[count * RECORD_SIZE : count * RECORD_SIZE + usable])
+            f.seek(length - usable, os.SEEK_CUR)
+            count += usable // RECORD_SIZE
             continue
+        payload = f.read(length)
         try:
-            _apply_chunk(trace, ctype, payload)
+            _apply_chunk(trace, ctype, memoryview(payload))
         except (struct.error, UnicodeDecodeError):
-            trace.problems.append(f"corrupt chunk of type {ctype} at byte {body_start - 8}")
-    return event_blocks
+            trace.problems.append(f"corrupt chunk of type {ctype} at byte {offset - length - 8}")
+    return records[:count]
 
 
 def _apply_chunk(trace: Trace, ctype: int, payload: memoryview) -> None:

@@ -70,8 +70,13 @@ def _stream(s: StreamAnalysis) -> dict[str, Any]:
         "probes": j.probe_names,
         "clock_domains": sorted(set(j.clock_domains)),
         "segments": [
-            {"from": seg.from_probe, "to": seg.to_probe, "kind": seg.kind, **_stats(seg),
-             "histogram": seg.histogram}  # fmt: skip
+            {
+                "from": seg.from_probe,
+                "to": seg.to_probe,
+                "kind": seg.kind,
+                **_stats(seg),
+                "histogram": seg.histogram,
+            }  # fmt: skip
             for seg in s.segments
         ],
         "end_to_end": {

@@ -58,19 +58,14 @@ class Journeys:
 
 
 class _ProbeColumns:
-    """Events grouped by probe once, so each probe's slice is cheap to take."""
+    """Per-probe views of the event columns (the table is grouped by probe)."""
 
     def __init__(self, table: EventTable) -> None:
-        cols = table.columns
-        order = np.argsort(cols["probe"], kind="stable")
-        self.sorted = {k: cols[k][order] for k in ProbeEvents.__dataclass_fields__}
-        probe_sorted = cols["probe"][order]
-        n = len(table.probes)
-        self.bounds = np.searchsorted(probe_sorted, np.arange(n + 1))
+        self.table = table
 
     def events(self, probe: int) -> ProbeEvents:
-        lo, hi = self.bounds[probe], self.bounds[probe + 1]
-        return ProbeEvents(**{k: v[lo:hi] for k, v in self.sorted.items()})
+        fields = ProbeEvents.__dataclass_fields__
+        return ProbeEvents(**{k: self.table.probe_column(probe, k) for k in fields})
 
 
 def build_journeys(table: EventTable, unit_ms: float = 10.0) -> list[Journeys]:
@@ -251,7 +246,9 @@ def _packet_counts(
             continue
         col = j + offset
         lost |= present[:, col - 1] & ~present[:, col]
-        same_process = [k for k in range(j + 1, len(probes)) if probes[k].process == probes[j].process]
+        same_process = [
+            k for k in range(j + 1, len(probes)) if probes[k].process == probes[j].process
+        ]
         for k in same_process:
             late |= present[:, col] & ~present[:, k + offset]
         if ssrc is not None:
@@ -268,7 +265,8 @@ def _packet_counts(
 
 
 def _duplicates(ev: ProbeEvents) -> int:
-    return int(len(ev.t_ns) - len(np.unique(ev.packet_keys())))
+    keys = np.sort(ev.packet_keys())
+    return int(np.count_nonzero(keys[1:] == keys[:-1]))
 
 
 def _reordered(ev: ProbeEvents) -> int:

@@ -37,13 +37,13 @@ class _Index:
 
     def __init__(self, table: EventTable) -> None:
         self.table = table
-        n = len(table.probes)
-        probe = table.columns["probe"]
-        counts = np.bincount(probe, minlength=n)
-        rtp_counts = np.bincount(probe, weights=table.columns["is_rtp"], minlength=n)
-        self.is_rtp = rtp_counts > 0.5 * np.maximum(counts, 1)
-        self.counts = counts
-        self.ssrcs = self._ssrcs_per_probe()
+        self.counts = np.array([table.probe_count(p.index) for p in table.probes])
+        self.is_rtp = np.zeros(len(table.probes), bool)
+        self.ssrcs: dict[int, set[int]] = {}
+        for p in table.probes:
+            rtp = table.probe_column(p.index, "is_rtp")
+            self.is_rtp[p.index] = rtp.mean() > 0.5 if len(rtp) else False
+            self.ssrcs[p.index] = _distinct(table.probe_column(p.index, "ssrc")[rtp])
         self.by_element: dict[tuple[int, str], list[Probe]] = defaultdict(list)
         for p in table.probes:
             if p.kind == Kind.PUSH:
@@ -52,15 +52,14 @@ class _Index:
             (p.process, p.element): p for p in table.probes if p.kind == Kind.DONE
         }
 
-    def _ssrcs_per_probe(self) -> dict[int, set[int]]:
-        cols = self.table.columns
-        rtp = cols["is_rtp"]
-        pairs = np.unique(np.stack([cols["probe"][rtp].astype(np.int64),
-                                    cols["ssrc"][rtp].astype(np.int64)]), axis=1)  # fmt: skip
-        out: dict[int, set[int]] = defaultdict(set)
-        for probe, ssrc in pairs.T:
-            out[int(probe)].add(int(ssrc))
-        return out
+
+def _distinct(values: np.ndarray) -> set[int]:
+    """Distinct values, fast when they are all the same (one SSRC per pad)."""
+    if len(values) == 0:
+        return set()
+    if np.all(values == values[0]):
+        return {int(values[0])}
+    return {int(v) for v in np.unique(values)}
 
 
 def find_paths(table: EventTable) -> list[StreamPath]:

@@ -36,6 +36,8 @@ class ProbeEvents:
 
     def select(self, mask: np.ndarray) -> ProbeEvents:
         """The events where ``mask`` is true."""
+        if mask.all():
+            return self
         return ProbeEvents(**{k: v[mask] for k, v in self.__dict__.items()})
 
     def packet_keys(self) -> np.ndarray:
@@ -62,16 +64,25 @@ class PacketTable:
     end: np.ndarray
 
 
+def _distinct_sorted(values: np.ndarray) -> np.ndarray:
+    """Distinct values of a sorted array (cheaper than np.unique)."""
+    if len(values) == 0:
+        return values
+    return values[np.concatenate([[True], values[1:] != values[:-1]])]
+
+
 def _ends_from_starts(start: np.ndarray) -> np.ndarray:
     """End of each range = the next distinct start; the last gets the median step."""
     order = np.argsort(start, kind="stable")
     sorted_start = start[order]
-    uniq = np.unique(sorted_start)
+    uniq = _distinct_sorted(sorted_start)
     if len(uniq) < 2:
         return start + 1
     step = int(np.median(np.diff(uniq)))
     nxt_idx = np.searchsorted(uniq, sorted_start, side="right")
-    nxt = np.where(nxt_idx < len(uniq), uniq[np.minimum(nxt_idx, len(uniq) - 1)], sorted_start + step)
+    nxt = np.where(
+        nxt_idx < len(uniq), uniq[np.minimum(nxt_idx, len(uniq) - 1)], sorted_start + step
+    )
     end = np.empty_like(start)
     end[order] = nxt
     return end
@@ -117,8 +128,10 @@ def receiver_knots(ev: ProbeEvents, table: PacketTable, ssrc: int) -> tuple[np.n
     found = np.isin(keys, table.keys)
     recv_pts = ev.pts[found]
     pos = ranges.start
-    recv_pts, first = np.unique(recv_pts, return_index=True)
-    return recv_pts, pos[first]
+    order = np.argsort(recv_pts, kind="stable")
+    recv_pts, pos = recv_pts[order], pos[order]
+    first = np.concatenate([[True], recv_pts[1:] != recv_pts[:-1]])
+    return recv_pts[first], pos[first]
 
 
 def map_through_knots(pts: np.ndarray, knots_x: np.ndarray, knots_y: np.ndarray) -> np.ndarray:
@@ -146,6 +159,10 @@ def mapped_ranges(ev: ProbeEvents, knots: tuple[np.ndarray, np.ndarray]) -> Rang
     return Ranges(start, end, ev.t_ns, ev.thread)
 
 
+def _non_decreasing(values: np.ndarray) -> bool:
+    return bool(np.all(values[1:] >= values[:-1]))
+
+
 def first_covering(ranges: Ranges, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """For each position, the time (and thread) of the earliest event whose range covers it.
 
@@ -155,10 +172,12 @@ def first_covering(ranges: Ranges, positions: np.ndarray) -> tuple[np.ndarray, n
     thr_out = np.full(len(positions), MISSING, np.int32)
     if len(ranges.start) == 0:
         return t_out, thr_out
-    order = np.lexsort((ranges.t_ns, ranges.start))
-    start, end = ranges.start[order], ranges.end[order]
-    t_ns, thread = ranges.t_ns[order], ranges.thread[order]
-    start_u, first = np.unique(start, return_index=True)  # earliest event per start
+    start, end, t_ns, thread = ranges.start, ranges.end, ranges.t_ns, ranges.thread
+    if not (_non_decreasing(start) and _non_decreasing(t_ns)):  # else already in order
+        order = np.lexsort((t_ns, start))
+        start, end, t_ns, thread = start[order], end[order], t_ns[order], thread[order]
+    first = np.flatnonzero(np.concatenate([[True], start[1:] != start[:-1]]))
+    start_u = start[first]  # the earliest event of each distinct start
     end_u = np.maximum.reduceat(end, first)
     idx = np.searchsorted(start_u, positions, side="right") - 1
     idx_c = np.maximum(idx, 0)

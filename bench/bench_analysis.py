@@ -1,0 +1,78 @@
+"""Analyser throughput: read, stitch and summarise a synthetic run of ~10 million events.
+
+Prints events/s for the whole analysis, its ratio to the 5 M events/s target, and
+its ratio to an anchor measured in the same run: reading the same trace bytes
+into numpy without any analysis. Peak memory (max RSS) is printed against 2 GB.
+
+    .venv/bin/python bench/bench_analysis.py [--events 10000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from latlab.ingest.trace_format import EVENT_DTYPE
+from latlab.pipeline import analyze_run
+from latlab.synthetic import SyntheticRtpAudio, make_rtp_audio_run
+
+EVENTS_PER_UNIT = 8.5  # per 10 ms unit in the synthetic RTP audio run
+TARGET_EVENTS_PER_S = 5e6
+TARGET_PEAK_BYTES = 2 * 1024**3
+
+
+def _anchor_read(paths: list[Path]) -> float:
+    start = time.perf_counter()
+    total = 0
+    for path in paths:
+        data = np.fromfile(path, dtype=np.uint8)
+        total += len(data[32 : 32 + (len(data) - 32) // 80 * 80].view(EVENT_DTYPE))
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=10_000_000)
+    parser.add_argument("--generate-into", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    units = int(args.events / EVENTS_PER_UNIT)
+    if args.generate_into:
+        params = SyntheticRtpAudio(units=units, loss=0.001, duplicate=0.001, reorder=0.001,
+                                   network_jitter=500_000)  # fmt: skip
+        make_rtp_audio_run(args.generate_into, params)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir = Path(tmp)
+        # Generated in a child process, so peak memory below is the analysis's own.
+        subprocess.run([sys.executable, __file__, "--events", str(args.events),
+                        "--generate-into", str(run_dir)], check=True)  # fmt: skip
+        paths = sorted(run_dir.glob("*.lltrace"))
+        anchor = min(_anchor_read(paths) for _ in range(3))
+        start = time.perf_counter()
+        summary, table, _ = analyze_run(run_dir, write=False)
+        elapsed = time.perf_counter() - start
+    events = len(table)
+    rate = events / elapsed
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    stream = summary["streams"][0]
+    print(f"events analysed      {events:,} across {len(table.processes)} processes, "
+          f"{stream['units']:,} units")  # fmt: skip
+    print(f"analysis             {elapsed:.2f} s  = {rate / 1e6:.2f} M events/s")
+    print(f"ratio to target      {rate / TARGET_EVENTS_PER_S:.2f}  (target >= 1: 5 M events/s)")
+    print(f"anchor: numpy read   {anchor:.3f} s; analysis / raw read = {elapsed / anchor:.1f}x")
+    print(
+        f"peak memory (RSS)    {peak / 1024**2:.0f} MiB  = {peak / TARGET_PEAK_BYTES:.2f} of 2 GiB"
+    )
+
+
+if __name__ == "__main__":
+    main()

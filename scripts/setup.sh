@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Install everything latlab needs on Debian 12 (as root) and build it:
+# Debian packages (GStreamer 1.22 and its plugins, iproute2, ...), the Rust
+# tracer plugin, and a Python environment in .venv. Safe to run again: it only
+# installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(
+    gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
+    gstreamer1.0-plugins-bad gstreamer1.0-libav libgstreamer1.0-dev
+    libgstreamer-plugins-base1.0-dev pkg-config build-essential iproute2 iputils-ping
+    python3 python3-venv procps
+)
+
+log() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
+
+install_debian_packages() {
+    local missing=()
+    for pkg in "${APT_PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+            || missing+=("$pkg")
+    done
+    if ((${#missing[@]})); then
+        log "installing Debian packages: ${missing[*]}"
+        if [ "$(id -u)" -ne 0 ]; then
+            echo "setup: run as root to install Debian packages" >&2
+            exit 1
+        fi
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+}
+
+find_cargo() {
+    if ! command -v cargo >/dev/null && [ -x "$HOME/.cargo/bin/cargo" ]; then
+        export PATH="$HOME/.cargo/bin:$PATH"
+    fi
+    if ! command -v cargo >/dev/null; then
+        log "installing Debian's Rust toolchain"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cargo rustc >/dev/null
+    fi
+}
+
+build_tracer() {
+    log "building the GStreamer tracer (tracer/, cargo build --release)"
+    cargo build --release --quiet --manifest-path tracer/Cargo.toml
+}
+
+python_environment() {
+    if [ ! -x .venv/bin/python ]; then
+        log "creating the Python environment (.venv)"
+        /usr/bin/python3 -m venv .venv
+    fi
+    if ! .venv/bin/python -c "import latlab, numpy, pyarrow, typer, rich, pytest" 2>/dev/null \
+        || [ pyproject.toml -nt .venv/.latlab-installed ]; then
+        log "installing Python dependencies into .venv"
+        .venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+        touch .venv/.latlab-installed
+    fi
+}
+
+install_debian_packages
+find_cargo
+build_tracer
+python_environment
+log "ready: ./latlab --help"
