@@ -46,15 +46,25 @@ def main() -> None:
     args = parser.parse_args()
     units = int(args.events / EVENTS_PER_UNIT)
     if args.generate_into:
-        params = SyntheticRtpAudio(units=units, loss=0.001, duplicate=0.001, reorder=0.001,
-                                   network_jitter=500_000)  # fmt: skip
+        params = SyntheticRtpAudio(
+            units=units, loss=0.001, duplicate=0.001, reorder=0.001, network_jitter=500_000
+        )
         make_rtp_audio_run(args.generate_into, params)
         return
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp)
         # Generated in a child process, so peak memory below is the analysis's own.
-        subprocess.run([sys.executable, __file__, "--events", str(args.events),
-                        "--generate-into", str(run_dir)], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--events",
+                str(args.events),
+                "--generate-into",
+                str(run_dir),
+            ],
+            check=True,
+        )
         paths = sorted(run_dir.glob("*.lltrace"))
         anchor = min(_anchor_read(paths) for _ in range(3))
         start = time.perf_counter()
@@ -64,8 +74,10 @@ def main() -> None:
     rate = events / elapsed
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     stream = summary["streams"][0]
-    print(f"events analysed      {events:,} across {len(table.processes)} processes, "
-          f"{stream['units']:,} units")  # fmt: skip
+    print(
+        f"events analysed      {events:,} across {len(table.processes)} processes, "
+        f"{stream['units']:,} units"
+    )
     print(f"analysis             {elapsed:.2f} s  = {rate / 1e6:.2f} M events/s")
     print(f"ratio to target      {rate / TARGET_EVENTS_PER_S:.2f}  (target >= 1: 5 M events/s)")
     print(f"anchor: numpy read   {anchor:.3f} s; analysis / raw read = {elapsed / anchor:.1f}x")

@@ -104,8 +104,9 @@ class _Sender:
 def _arrivals(p: SyntheticRtpAudio, s: _Sender, rng: np.random.Generator):
     """Packets as they reach the receiver: lost ones removed, duplicates and reorders added."""
     n = len(s.pkt_pts)
-    delay = p.network_delay + (rng.normal(0, p.network_jitter, n).astype(np.int64)
-                               if p.network_jitter else 0)  # fmt: skip
+    delay = p.network_delay + (
+        rng.normal(0, p.network_jitter, n).astype(np.int64) if p.network_jitter else 0
+    )
     arrive = s.pkt_done + np.maximum(delay, 0)
     late = np.flatnonzero(rng.random(n - 1) < p.reorder)
     arrive[late] = arrive[late + 1] + 1 * MS  # overtaken by the next packet
@@ -150,18 +151,31 @@ def make_rtp_audio_run(out_dir: Path, params: SyntheticRtpAudio | None = None) -
     sub = np.arange(per_split, dtype=np.int64)
     split_pts = (recv_pts[rel][:, None] + sub * p.split).ravel()
     split_push = np.repeat(depay[rel] + p.split_delay, per_split)
-    render = np.maximum(split_push, p.receiver_base + split_pts + p.jitterbuffer_latency
-                        + p.render_delay)  # fmt: skip
+    render = np.maximum(
+        split_push, p.receiver_base + split_pts + p.jitterbuffer_latency + p.render_delay
+    )
 
     _write_sender(out_dir, p, s)
-    _write_receiver(out_dir, p, s, (arr_idx, arr_t), rel, (recv_pts, jb_out, depay),
-                    (split_pts, split_push, render))  # fmt: skip
-    truth, names = _truth(p, s, first_arrival, released, (jb_out, depay),
-                          (split_pts, split_push, render, recv_pts0))  # fmt: skip
-    events = 4 * len(s.src_pts) // 2 + 2 * len(s.pkt_pts) + len(arr_idx) + 2 * len(rel) \
-        + 2 * len(split_pts)  # fmt: skip
-    return SyntheticResult(out_dir, names, truth, int((~kept).sum()), duplicated, reordered,
-                           events)  # fmt: skip
+    _write_receiver(
+        out_dir,
+        p,
+        s,
+        (arr_idx, arr_t),
+        rel,
+        (recv_pts, jb_out, depay),
+        (split_pts, split_push, render),
+    )
+    truth, names = _truth(
+        p, s, first_arrival, released, (jb_out, depay), (split_pts, split_push, render, recv_pts0)
+    )
+    events = (
+        4 * len(s.src_pts) // 2
+        + 2 * len(s.pkt_pts)
+        + len(arr_idx)
+        + 2 * len(rel)
+        + 2 * len(split_pts)
+    )
+    return SyntheticResult(out_dir, names, truth, int((~kept).sum()), duplicated, reordered, events)
 
 
 def _write_in_time_order(w: TraceWriter, parts: list[np.ndarray], chunk: int = 1024) -> None:
@@ -176,23 +190,43 @@ def _write_sender(out_dir: Path, p: SyntheticRtpAudio, s: _Sender) -> None:
     src = PadFlag.SRC
     with TraceWriter(out_dir / "sender-100.lltrace", pid=100) as w:
         w.info(process="sender", hostname="synthetic")
-        w.pad(1, "audiotestsrc0", flags=src | PadFlag.ELEMENT_IS_SOURCE, factory="audiotestsrc",
-              peer_element="capsfilter0", peer_factory="capsfilter")  # fmt: skip
-        w.pad(2, "capsfilter0", factory="capsfilter", peer_element="rtpL16pay0",
-              peer_factory="rtpL16pay")  # fmt: skip
-        w.pad(3, "rtpL16pay0", flags=src | PadFlag.PEER_IS_SINK, factory="rtpL16pay",
-              peer_element="udpsink0", peer_factory="udpsink")  # fmt: skip
+        w.pad(
+            1,
+            "audiotestsrc0",
+            flags=src | PadFlag.ELEMENT_IS_SOURCE,
+            factory="audiotestsrc",
+            peer_element="capsfilter0",
+            peer_factory="capsfilter",
+        )
+        w.pad(
+            2,
+            "capsfilter0",
+            factory="capsfilter",
+            peer_element="rtpL16pay0",
+            peer_factory="rtpL16pay",
+        )
+        w.pad(
+            3,
+            "rtpL16pay0",
+            flags=src | PadFlag.PEER_IS_SINK,
+            factory="rtpL16pay",
+            peer_element="udpsink0",
+            peer_factory="udpsink",
+        )
         w.caps(1, 0, "audio/x-raw, format=(string)S16BE, rate=(int)48000, channels=(int)2")
         w.caps(3, 0, "application/x-rtp, media=(string)audio, clock-rate=(int)48000")
         w.thread(0, 100, "audiotestsrc0:src")
         w.clock(1, p.sender_base, p.sender_base, p.sender_base)
         offsets = s.src_pts * RATE // 1_000_000_000
-        _write_in_time_order(w, [
-            _raw(s.src_push, s.src_pts, np.full(p.units, p.source_period), 1, 0, offsets),
-            _raw(s.caps_push, s.src_pts, np.full(p.units, p.source_period), 2, 0, offsets),
-            _rtp(s.pkt_push, s.pkt_pts, s.seq, s.rtp_ts, 3, 0),
-            _rtp(s.pkt_done, s.pkt_pts, s.seq, s.rtp_ts, 3, 0, Kind.DONE),
-        ])  # fmt: skip
+        _write_in_time_order(
+            w,
+            [
+                _raw(s.src_push, s.src_pts, np.full(p.units, p.source_period), 1, 0, offsets),
+                _raw(s.caps_push, s.src_pts, np.full(p.units, p.source_period), 2, 0, offsets),
+                _rtp(s.pkt_push, s.pkt_pts, s.seq, s.rtp_ts, 3, 0),
+                _rtp(s.pkt_done, s.pkt_pts, s.seq, s.rtp_ts, 3, 0, Kind.DONE),
+            ],
+        )
 
 
 def _write_receiver(out_dir, p, s, arrivals, rel, jb, split) -> None:
@@ -202,14 +236,36 @@ def _write_receiver(out_dir, p, s, arrivals, rel, jb, split) -> None:
     src = PadFlag.SRC
     with TraceWriter(out_dir / "receiver-200.lltrace", pid=200) as w:
         w.info(process="receiver", hostname="synthetic")
-        w.pad(1, "udpsrc0", flags=src | PadFlag.ELEMENT_IS_SOURCE, factory="udpsrc",
-              peer_element="rtpjitterbuffer0", peer_factory="rtpjitterbuffer")  # fmt: skip
-        w.pad(2, "rtpjitterbuffer0", factory="rtpjitterbuffer", peer_element="rtpL16depay0",
-              peer_factory="rtpL16depay")  # fmt: skip
-        w.pad(3, "rtpL16depay0", factory="rtpL16depay", peer_element="split0",
-              peer_factory="audiobuffersplit")  # fmt: skip
-        w.pad(4, "split0", flags=src | PadFlag.PEER_IS_SINK, factory="audiobuffersplit",
-              peer_element="fakesink0", peer_factory="fakesink")  # fmt: skip
+        w.pad(
+            1,
+            "udpsrc0",
+            flags=src | PadFlag.ELEMENT_IS_SOURCE,
+            factory="udpsrc",
+            peer_element="rtpjitterbuffer0",
+            peer_factory="rtpjitterbuffer",
+        )
+        w.pad(
+            2,
+            "rtpjitterbuffer0",
+            factory="rtpjitterbuffer",
+            peer_element="rtpL16depay0",
+            peer_factory="rtpL16depay",
+        )
+        w.pad(
+            3,
+            "rtpL16depay0",
+            factory="rtpL16depay",
+            peer_element="split0",
+            peer_factory="audiobuffersplit",
+        )
+        w.pad(
+            4,
+            "split0",
+            flags=src | PadFlag.PEER_IS_SINK,
+            factory="audiobuffersplit",
+            peer_element="fakesink0",
+            peer_factory="fakesink",
+        )
         w.caps(1, 0, "application/x-rtp, media=(string)audio, clock-rate=(int)48000")
         w.caps(3, 0, "audio/x-raw, rate=(int)48000, channels=(int)2")
         for idx, name in enumerate(("udpsrc0:src", "rtpjitterbuffer0:src")):
@@ -219,13 +275,16 @@ def _write_receiver(out_dir, p, s, arrivals, rel, jb, split) -> None:
         sdur = np.full(len(split_pts), p.split)
         done = _raw(render, split_pts, sdur, 4, 1)
         done["kind"] = Kind.DONE
-        _write_in_time_order(w, [
-            _rtp(arr_t, arr_t - p.receiver_base, s.seq[arr_idx], s.rtp_ts[arr_idx], 1, 0),
-            _rtp(jb_out[rel], recv_pts[rel], s.seq[rel], s.rtp_ts[rel], 2, 1),
-            _raw(depay[rel], recv_pts[rel], dur, 3, 1),
-            _raw(split_push, split_pts, sdur, 4, 1),
-            done,
-        ])  # fmt: skip
+        _write_in_time_order(
+            w,
+            [
+                _rtp(arr_t, arr_t - p.receiver_base, s.seq[arr_idx], s.rtp_ts[arr_idx], 1, 0),
+                _rtp(jb_out[rel], recv_pts[rel], s.seq[rel], s.rtp_ts[rel], 2, 1),
+                _raw(depay[rel], recv_pts[rel], dur, 3, 1),
+                _raw(split_push, split_pts, sdur, 4, 1),
+                done,
+            ],
+        )
 
 
 def _truth(p, s, first_arrival, released, jb, split):
@@ -244,15 +303,26 @@ def _truth(p, s, first_arrival, released, jb, split):
     miss = -1
     cols = [
         p.sender_base + u * p.source_period,  # capture of the unit's first sample
-        s.src_push, s.caps_push, s.pkt_push[m], s.pkt_done[m],
+        s.src_push,
+        s.caps_push,
+        s.pkt_push[m],
+        s.pkt_done[m],
         np.where(first_arrival[m] >= 0, first_arrival[m], miss),
         np.where(released[m], jb_out[m], miss),
         np.where(released[m], depay[m], miss),
         np.where(has_split, split_push[where_c], miss),
         np.where(has_split, render[where_c], miss),
-    ]  # fmt: skip
-    names = ["sender/audiotestsrc0:capture", "sender/audiotestsrc0:src", "sender/capsfilter0:src",
-             "sender/rtpL16pay0:src", "sender/udpsink0:sink", "receiver/udpsrc0:src",
-             "receiver/rtpjitterbuffer0:src", "receiver/rtpL16depay0:src", "receiver/split0:src",
-             "receiver/fakesink0:sink"]  # fmt: skip
+    ]
+    names = [
+        "sender/audiotestsrc0:capture",
+        "sender/audiotestsrc0:src",
+        "sender/capsfilter0:src",
+        "sender/rtpL16pay0:src",
+        "sender/udpsink0:sink",
+        "receiver/udpsrc0:src",
+        "receiver/rtpjitterbuffer0:src",
+        "receiver/rtpL16depay0:src",
+        "receiver/split0:src",
+        "receiver/fakesink0:sink",
+    ]
     return np.column_stack(cols).astype(np.int64), names

@@ -29,7 +29,7 @@ def _stitch(tmp_path: Path, params: SyntheticRtpAudio):
         SyntheticRtpAudio(units=1500, ptime=40 * MS, split=5 * MS, network_jitter=2 * MS),
         SyntheticRtpAudio(
             units=3000, loss=0.03, duplicate=0.02, reorder=0.02, seed=7, network_jitter=1 * MS
-        ),  # fmt: skip
+        ),
     ],
     ids=["plain", "no-reframing", "reframing-jitter", "loss-dup-reorder"],
 )
@@ -54,8 +54,9 @@ def test_loss_duplicates_and_reordering_are_counted(tmp_path: Path) -> None:
 
 
 def test_late_packets_dropped_by_the_jitter_buffer_are_late_not_lost(tmp_path: Path) -> None:
-    params = SyntheticRtpAudio(units=3000, network_jitter=8 * MS, jitterbuffer_latency=10 * MS,
-                               seed=11)  # fmt: skip
+    params = SyntheticRtpAudio(
+        units=3000, network_jitter=8 * MS, jitterbuffer_latency=10 * MS, seed=11
+    )
     _, _, journeys, expected = _stitch(tmp_path, params)
     late_expected = int(np.sum((expected[:, 5] >= 0) & (expected[:, 6] < 0)))
     assert late_expected > 0

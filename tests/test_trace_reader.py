@@ -82,8 +82,13 @@ def test_run_with_one_broken_trace_still_reports_the_other(run_dir: Path) -> Non
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "latlab", *args], capture_output=True, text=True,
-                          check=False, env=env)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "latlab", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+    )
 
 
 def test_cli_reports_a_bad_trace_in_one_line(tmp_path: Path) -> None:

@@ -8,16 +8,43 @@ import numpy as np
 
 PERCENTILES = {"p50_ms": 50.0, "p90_ms": 90.0, "p99_ms": 99.0, "p999_ms": 99.9}
 NS_PER_MS = 1e6
-NICE_STEPS_MS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 1, 2, 2.5, 5, 10, 20, 25, 50, 100, 200,
-                 250, 500, 1000, 2000, 5000)  # fmt: skip
+NICE_STEPS_MS = (
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.25,
+    0.5,
+    1,
+    2,
+    2.5,
+    5,
+    10,
+    20,
+    25,
+    50,
+    100,
+    200,
+    250,
+    500,
+    1000,
+    2000,
+    5000,
+)
 
 
 def describe(values_ns: np.ndarray) -> dict[str, float | int]:
     """count, min, mean, p50, p90, p99, p99.9 and max of nanosecond samples, in ms."""
     values = np.asarray(values_ns, dtype=np.float64) / NS_PER_MS
     if len(values) == 0:
-        return {"count": 0, "min_ms": math.nan, "mean_ms": math.nan,
-                **{k: math.nan for k in PERCENTILES}, "max_ms": math.nan}  # fmt: skip
+        return {
+            "count": 0,
+            "min_ms": math.nan,
+            "mean_ms": math.nan,
+            **{k: math.nan for k in PERCENTILES},
+            "max_ms": math.nan,
+        }
     pct = np.percentile(values, list(PERCENTILES.values()))
     return {
         "count": len(values),

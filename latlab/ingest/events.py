@@ -71,9 +71,22 @@ class ProcessTrace:
 
 
 COLUMNS = (
-    "process", "probe", "t_ns", "pts", "duration", "size", "buffer_flags", "is_rtp", "ssrc",
-    "seq", "rtp_ts", "pt", "marker", "kind", "thread",
-)  # fmt: skip
+    "process",
+    "probe",
+    "t_ns",
+    "pts",
+    "duration",
+    "size",
+    "buffer_flags",
+    "is_rtp",
+    "ssrc",
+    "seq",
+    "rtp_ts",
+    "pt",
+    "marker",
+    "kind",
+    "thread",
+)
 
 
 @dataclass
@@ -184,7 +197,7 @@ class _TableBuilder:
                 trace.dropped,
                 trace.complete,
                 list(trace.problems),
-            )  # fmt: skip
+            )
         )
         thread_base = len(self.threads)
         thread_ids = sorted(trace.threads)
@@ -203,9 +216,13 @@ class _TableBuilder:
 
 
 def _columns(
-    trace: Trace, proc: int, proc_name: str, probes: list[Probe], thread_base: int,
+    trace: Trace,
+    proc: int,
+    proc_name: str,
+    probes: list[Probe],
+    thread_base: int,
     thread_ids: list[int],
-) -> dict[str, np.ndarray]:  # fmt: skip
+) -> dict[str, np.ndarray]:
     """One process's events as columns, grouped by probe (a stable radix sort)."""
     ev = trace.events
     kind = ev["kind"]

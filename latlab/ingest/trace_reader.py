@@ -119,8 +119,9 @@ def read_trace(path: Path | str) -> Trace:
             size = os.fstat(f.fileno()).st_size
             head = f.read(HEADER_SIZE)
             header = _read_header(path, head)
-            trace = Trace(path=path, pid=int(header["pid"]),
-                          start_mono_ns=int(header["start_mono_ns"]))  # fmt: skip
+            trace = Trace(
+                path=path, pid=int(header["pid"]), start_mono_ns=int(header["start_mono_ns"])
+            )
             f.seek(int(header["header_size"]))
             trace.events = _read_chunks(trace, f, size)
     except OSError as exc:

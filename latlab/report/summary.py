@@ -76,7 +76,7 @@ def _stream(s: StreamAnalysis) -> dict[str, Any]:
                 "kind": seg.kind,
                 **_stats(seg),
                 "histogram": seg.histogram,
-            }  # fmt: skip
+            }
             for seg in s.segments
         ],
         "end_to_end": {

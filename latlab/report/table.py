@@ -8,8 +8,14 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-COLUMNS = (("p50", "p50_ms"), ("p90", "p90_ms"), ("p99", "p99_ms"), ("p99.9", "p999_ms"),
-           ("max", "max_ms"), ("mean", "mean_ms"))  # fmt: skip
+COLUMNS = (
+    ("p50", "p50_ms"),
+    ("p90", "p90_ms"),
+    ("p99", "p99_ms"),
+    ("p99.9", "p999_ms"),
+    ("max", "max_ms"),
+    ("mean", "mean_ms"),
+)
 
 
 def _ms(value: float | None) -> str:
@@ -38,13 +44,18 @@ def stage_table(stream: dict[str, Any]) -> Table:
         table.add_column(f"{label} ms", justify="right")
     previous = None
     for i, seg in enumerate(stream["segments"], 1):
-        table.add_row(str(i), _short(seg["to"], previous), seg["kind"],
-                      *(_ms(seg[key]) for _, key in COLUMNS))  # fmt: skip
+        table.add_row(
+            str(i), _short(seg["to"], previous), seg["kind"], *(_ms(seg[key]) for _, key in COLUMNS)
+        )
         previous = seg["to"]
     e2e = stream["end_to_end"]
     table.add_section()
-    table.add_row("", Text("end to end", style="bold"), "",
-                  *(Text(_ms(e2e[key]), style="bold") for _, key in COLUMNS))  # fmt: skip
+    table.add_row(
+        "",
+        Text("end to end", style="bold"),
+        "",
+        *(Text(_ms(e2e[key]), style="bold") for _, key in COLUMNS),
+    )
     return table
 
 
@@ -58,36 +69,46 @@ def distribution(segment: dict[str, Any], label: str) -> Table:
     for row in segment["histogram"]:
         bar = "█" * round(row["share"] * 40)
         upper = f"{row['hi_ms']:g}]" if row.get("open") else f"{row['hi_ms']:g})"
-        table.add_row(f"[{row['lo_ms']:g}, {upper}", str(row["count"]),
-                      f"{row['share'] * 100:.1f}%", bar)  # fmt: skip
+        table.add_row(
+            f"[{row['lo_ms']:g}, {upper}", str(row["count"]), f"{row['share'] * 100:.1f}%", bar
+        )
     return table
 
 
 def cadence_table(stream: dict[str, Any]) -> Table:
     """Intervals between consecutive buffers at each probe of the path."""
-    table = Table(title="cadence (interval between buffers)", title_justify="left",
-                  header_style="bold")  # fmt: skip
+    table = Table(
+        title="cadence (interval between buffers)", title_justify="left", header_style="bold"
+    )
     table.add_column("probe")
     for label in ("p50 ms", "p99 ms", "max ms", "irregular"):
         table.add_column(label, justify="right")
     for probe, c in stream["cadence"].items():
-        table.add_row(probe, _ms(c["p50_ms"]), _ms(c["p99_ms"]), _ms(c["max_ms"]),
-                      str(c["irregular"]))  # fmt: skip
+        table.add_row(
+            probe, _ms(c["p50_ms"]), _ms(c["p99_ms"]), _ms(c["max_ms"]), str(c["irregular"])
+        )
     return table
 
 
 def render_summary(
-    summary: dict[str, Any], console: Console, *, distributions: bool = False,
+    summary: dict[str, Any],
+    console: Console,
+    *,
+    distributions: bool = False,
     cadence: bool = False,
-) -> None:  # fmt: skip
+) -> None:
     """Print the per-stage table of every stream, and optionally more detail."""
     if not summary["streams"]:
         console.print("[yellow]no stream found in the traces[/yellow]")
     for stream in summary["streams"]:
         parts: list[Any] = [stage_table(stream)]
         handoffs = stream["thread_handoffs"]
-        parts.append(Text(f"thread hand-offs per journey: mean {handoffs['mean']:.2f}, "
-                          f"max {handoffs['max']}", style="dim"))  # fmt: skip
+        parts.append(
+            Text(
+                f"thread hand-offs per journey: mean {handoffs['mean']:.2f}, max {handoffs['max']}",
+                style="dim",
+            )
+        )
         if cadence:
             parts.append(cadence_table(stream))
         if distributions:

@@ -9,6 +9,7 @@ reordered packets.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,7 +74,7 @@ def build_journeys(table: EventTable, unit_ms: float = 10.0) -> list[Journeys]:
     columns = _ProbeColumns(table)
     journeys = []
     for path in find_paths(table):
-        built = _stream_journeys(table, columns, path, int(round(unit_ms * 1e6)))
+        built = _stream_journeys(table, columns, path, round(unit_ms * 1e6))
         if built is not None:
             journeys.append(built)
     return journeys
@@ -94,7 +95,7 @@ def _stream_journeys(
     for j, probe_ranges in enumerate(ranges):
         times[:, j], threads[:, j] = first_covering(probe_ranges, unit_end)
     names = [p.name for p in probes]
-    kinds = [_segment_kind(a, b) for a, b in zip(probes, probes[1:], strict=False)]
+    kinds = [_segment_kind(a, b) for a, b in itertools.pairwise(probes)]
     capture = _capture_times(table, probes[0], unit_start, times[:, 0])
     if capture is not None:
         times = np.column_stack([capture, times])
@@ -176,9 +177,11 @@ def _capture_times(
     clocks = [
         c
         for c in table.processes[origin.process].clocks
-        if c.pipeline_id == origin.pipeline_id and c.state == STATE_PLAYING
-        and c.base_time != NONE_TIME and c.clock_ns != NONE_TIME
-    ]  # fmt: skip
+        if c.pipeline_id == origin.pipeline_id
+        and c.state == STATE_PLAYING
+        and c.base_time != NONE_TIME
+        and c.clock_ns != NONE_TIME
+    ]
     if not clocks:
         return None
     capture = _clock_to_mono(clocks, clocks[-1].base_time + unit_start)
@@ -203,8 +206,16 @@ def _clock_to_mono(clocks: list[ClockRecord], clock_times: np.ndarray) -> np.nda
 
 
 QUEUE_FACTORIES = {"queue", "queue2", "multiqueue"}
-NETWORK_SINKS = {"udpsink", "multiudpsink", "srtsink", "tcpserversink", "tcpclientsink",
-                 "rtpsink", "ristsink", "dynudpsink"}  # fmt: skip
+NETWORK_SINKS = {
+    "udpsink",
+    "multiudpsink",
+    "srtsink",
+    "tcpserversink",
+    "tcpclientsink",
+    "rtpsink",
+    "ristsink",
+    "dynudpsink",
+}
 
 
 def _segment_kind(before: Probe, after: Probe) -> str:
@@ -232,9 +243,12 @@ def _stream_id(probes: list[Probe], ssrc: int | None) -> str:
 
 
 def _packet_counts(
-    probes: list[Probe], columns: _ProbeColumns, ssrc: int | None, journeys: Journeys,
+    probes: list[Probe],
+    columns: _ProbeColumns,
+    ssrc: int | None,
+    journeys: Journeys,
     has_capture: bool,
-) -> dict[str, int]:  # fmt: skip
+) -> dict[str, int]:
     """Lost and late units; duplicated and reordered packets at each network arrival."""
     offset = 1 if has_capture else 0
     present = journeys.times != MISSING

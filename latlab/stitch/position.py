@@ -116,8 +116,9 @@ def rtp_ranges(ev: ProbeEvents, table: PacketTable, ssrc: int) -> Ranges:
     idx = np.searchsorted(table.keys, keys)
     idx_c = np.minimum(idx, max(len(table.keys) - 1, 0))
     found = (idx < len(table.keys)) & (table.keys[idx_c] == keys) if len(table.keys) else idx < 0
-    return Ranges(table.start[idx_c][found], table.end[idx_c][found], ev.t_ns[found],
-                  ev.thread[found])  # fmt: skip
+    return Ranges(
+        table.start[idx_c][found], table.end[idx_c][found], ev.t_ns[found], ev.thread[found]
+    )
 
 
 def receiver_knots(ev: ProbeEvents, table: PacketTable, ssrc: int) -> tuple[np.ndarray, np.ndarray]:
