@@ -1,0 +1,31 @@
+//! The `latlab` tracer: per-buffer push records written to a `.lltrace` file.
+//!
+//! Parameters (`GST_TRACERS="latlab(dir=/tmp/x,process=sender,ring=65536)"`):
+//!
+//! * `file`: output file (else env `LATLAB_TRACE_FILE`)
+//! * `dir`: output directory (else env `LATLAB_TRACE_DIR`, else the current directory)
+//! * `process`: process name (else env `LATLAB_PROCESS`, else the program name)
+//! * `ring`: per-thread ring capacity in records (default 65536)
+
+use gst::glib;
+use gst::prelude::*;
+
+mod chunk;
+mod imp;
+mod record;
+mod recorder;
+mod ring;
+mod settings;
+mod signals;
+mod writer;
+
+glib::wrapper! {
+    /// The latlab tracer object.
+    pub struct LatlabTracer(ObjectSubclass<imp::LatlabTracer>)
+        @extends gst::Tracer, gst::Object;
+}
+
+/// Registers the `latlab` tracer factory with `plugin`.
+pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    gst::Tracer::register(Some(plugin), "latlab", LatlabTracer::static_type())
+}

@@ -1,0 +1,690 @@
+//! Process-wide recorder state and the streaming-thread path.
+//!
+//! The per-buffer path ([`on_push`], [`on_push_list`], [`on_push_post`]) only
+//! touches thread-local state, a few atomics and the thread's own ring: no
+//! locks, no allocation, no text, no I/O. Locks are taken once per thread
+//! (registration) and once per pad per thread (pad id lookup on a cache miss).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use gst::glib;
+use gst::prelude::*;
+
+use super::record::{flags, kind, Record, NONE};
+use super::ring::Ring;
+use super::settings::Settings;
+use super::signals::WakePipe;
+use super::writer::Writer;
+
+/// Depth of the per-thread stack of in-flight pushes (pushes nest).
+const STACK_DEPTH: usize = 32;
+
+/// How long shutdown waits for the writer's final cycle.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(3);
+
+static RECORDER: OnceLock<Recorder> = OnceLock::new();
+
+thread_local! {
+    static LOCAL: RefCell<Option<Local>> = const { RefCell::new(None) };
+}
+
+/// CLOCK_MONOTONIC in nanoseconds.
+#[inline]
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// CLOCK_REALTIME in nanoseconds.
+pub fn realtime_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
+#[inline]
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec to fill in.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Shared, atomically updated facts about a pad.
+pub struct PadInfo {
+    pub id: u32,
+    is_rtp: AtomicBool,
+    peer_is_sink: AtomicBool,
+}
+
+/// A streaming thread known to the recorder: its ring and identity.
+pub struct ThreadSlot {
+    pub idx: u32,
+    pub tid: u32,
+    /// Thread name when it was first seen.
+    pub name: String,
+    pub ring: Ring,
+    /// Cleared when the thread exits; the writer then drains and frees the slot.
+    pub alive: AtomicBool,
+}
+
+/// Pads that carried data, by address.
+#[derive(Default)]
+struct PadTable {
+    by_ptr: HashMap<usize, Arc<PadInfo>>,
+    next_id: u32,
+    /// Pads waiting for the writer to describe them (holding a ref).
+    pending: Vec<(u32, gst::Pad)>,
+}
+
+/// A top-level pipeline that has a `pipeline_id`.
+pub struct PipelineEntry {
+    ptr: usize,
+    pub id: u64,
+    pub weak: glib::WeakRef<gst::Element>,
+}
+
+/// A pipeline clock reading, taken where it happens and written by the writer.
+pub struct ClockSample {
+    pub pipeline_id: u64,
+    pub pipeline: gst::Element,
+    pub clock: Option<gst::Clock>,
+    pub mono_ns: u64,
+    pub clock_ns: u64,
+    pub base_time: u64,
+    pub state: u32,
+    pub flags: u32,
+}
+
+/// Things the writer has to stringify and write out.
+pub enum Note {
+    Caps {
+        pad_id: u32,
+        t_ns: u64,
+        caps: gst::Caps,
+    },
+    Clock(ClockSample),
+}
+
+/// The process-wide recorder shared by the hooks and the writer thread.
+pub struct Recorder {
+    ring_capacity: usize,
+    pid: u32,
+    threads: Mutex<Vec<Arc<ThreadSlot>>>,
+    next_thread_idx: AtomicU32,
+    pads: Mutex<PadTable>,
+    /// Bumped whenever a known pad is destroyed: thread caches then start over.
+    pad_epoch: AtomicU64,
+    pipelines: Mutex<Vec<PipelineEntry>>,
+    next_pipeline_id: AtomicU64,
+    notes: Mutex<Vec<Note>>,
+    /// Events dropped because a ring was full.
+    pub dropped: AtomicU64,
+    /// Set when the trace is being closed; hooks stop recording.
+    pub stop: AtomicBool,
+    /// Set by the writer once `END` is written.
+    pub finished: AtomicBool,
+    /// Writer cycles completed.
+    pub cycles: AtomicU64,
+    pub pipe: WakePipe,
+    writer: Mutex<Option<JoinHandle<()>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Opens the trace and starts the writer; `false` if nothing will be recorded.
+pub fn start(settings: &Settings) -> bool {
+    if RECORDER.get().is_some() {
+        eprintln!("latlab tracer: already recording, ignoring another instance");
+        return false;
+    }
+    let pid = std::process::id();
+    let path = settings.output_path(pid);
+    let writer = match Writer::open(&path, &settings.process_name(), pid) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("latlab tracer: cannot open {}: {e}", path.display());
+            return false;
+        }
+    };
+    let pipe = match WakePipe::new() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("latlab tracer: cannot create a pipe: {e}");
+            return false;
+        }
+    };
+    if RECORDER.set(Recorder::new(settings, pid, pipe)).is_err() {
+        return false;
+    }
+    let rec = RECORDER.get().expect("recorder just set");
+    let handle = std::thread::Builder::new()
+        .name("latlab-writer".into())
+        .spawn(move || writer.run(rec));
+    match handle {
+        Ok(h) => *lock(&rec.writer) = Some(h),
+        Err(e) => {
+            eprintln!("latlab tracer: cannot start the writer thread: {e}");
+            rec.stop.store(true, Ordering::SeqCst);
+            return false;
+        }
+    }
+    rec.pipe.install_signal_handlers();
+    // SAFETY: registering a plain extern "C" function.
+    unsafe { libc::atexit(at_exit) };
+    true
+}
+
+extern "C" fn at_exit() {
+    shutdown();
+}
+
+/// Closes the trace: the writer drains every ring, writes `END` and stops.
+///
+/// Idempotent; waits at most a few seconds.
+pub fn shutdown() {
+    let Some(rec) = RECORDER.get() else { return };
+    if rec.pid != std::process::id() {
+        return; // a forked child: the writer thread is not ours
+    }
+    rec.stop.store(true, Ordering::SeqCst);
+    rec.pipe.wake();
+    let deadline = Instant::now() + SHUTDOWN_TIMEOUT;
+    while !rec.finished.load(Ordering::Acquire) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    if rec.finished.load(Ordering::Acquire) {
+        if let Some(h) = lock(&rec.writer).take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Recorder {
+    fn new(settings: &Settings, pid: u32, pipe: WakePipe) -> Self {
+        Recorder {
+            ring_capacity: settings.ring_capacity(),
+            pid,
+            threads: Mutex::default(),
+            next_thread_idx: AtomicU32::new(1),
+            pads: Mutex::default(),
+            pad_epoch: AtomicU64::new(0),
+            pipelines: Mutex::default(),
+            next_pipeline_id: AtomicU64::new(1),
+            notes: Mutex::default(),
+            dropped: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            finished: AtomicBool::new(false),
+            cycles: AtomicU64::new(0),
+            pipe,
+            writer: Mutex::default(),
+        }
+    }
+
+    /// A snapshot of the registered threads.
+    pub fn threads(&self) -> Vec<Arc<ThreadSlot>> {
+        lock(&self.threads).clone()
+    }
+
+    /// Forgets threads that exited and whose rings were drained.
+    pub fn remove_threads(&self, idxs: &[u32]) {
+        let removed: Vec<_> = {
+            let mut threads = lock(&self.threads);
+            let (gone, kept) = threads.drain(..).partition(|t| idxs.contains(&t.idx));
+            *threads = kept;
+            gone
+        };
+        drop(removed);
+    }
+
+    /// Takes the pads waiting for a description.
+    pub fn take_pending_pads(&self) -> Vec<(u32, gst::Pad)> {
+        std::mem::take(&mut lock(&self.pads).pending)
+    }
+
+    /// Takes the queued notes.
+    pub fn take_notes(&self) -> Vec<Note> {
+        std::mem::take(&mut *lock(&self.notes))
+    }
+
+    fn push_note(&self, note: Note) {
+        lock(&self.notes).push(note);
+    }
+
+    /// Live pipelines with their ids.
+    pub fn live_pipelines(&self) -> Vec<(u64, gst::Element)> {
+        lock(&self.pipelines)
+            .iter()
+            .filter_map(|p| p.weak.upgrade().map(|e| (p.id, e)))
+            .collect()
+    }
+
+    /// The id of a top-level `pipeline`, assigned on first sight.
+    pub fn pipeline_id(&self, pipeline: &gst::Element) -> u64 {
+        let ptr = pipeline.as_ptr() as usize;
+        let mut pipelines = lock(&self.pipelines);
+        if let Some(p) = pipelines.iter().find(|p| p.ptr == ptr) {
+            return p.id;
+        }
+        let id = self.next_pipeline_id.fetch_add(1, Ordering::Relaxed);
+        pipelines.push(PipelineEntry {
+            ptr,
+            id,
+            weak: pipeline.downgrade(),
+        });
+        id
+    }
+
+    /// Drops what is known about a destroyed object (pad or pipeline).
+    fn forget_object(&self, ptr: usize) {
+        let pad = lock(&self.pads).by_ptr.remove(&ptr);
+        if pad.is_some() {
+            self.pad_epoch.fetch_add(1, Ordering::AcqRel);
+        }
+        let pipeline: Vec<_> = {
+            let mut pipelines = lock(&self.pipelines);
+            let (gone, kept) = pipelines.drain(..).partition(|p| p.ptr == ptr);
+            *pipelines = kept;
+            gone
+        };
+        drop((pad, pipeline));
+    }
+
+    /// Slow path: the shared info of `pad`, assigning an id on first sight.
+    fn pad_info_slow(&self, pad: &gst::Pad) -> Arc<PadInfo> {
+        let is_rtp = pad.current_caps().is_some_and(|c| caps_are_rtp(&c));
+        let peer_is_sink = peer_is_sink(pad);
+        let mut table = lock(&self.pads);
+        let key = pad.as_ptr() as usize;
+        if let Some(info) = table.by_ptr.get(&key) {
+            return info.clone();
+        }
+        table.next_id += 1;
+        let info = Arc::new(PadInfo {
+            id: table.next_id,
+            is_rtp: AtomicBool::new(is_rtp),
+            peer_is_sink: AtomicBool::new(peer_is_sink),
+        });
+        table.by_ptr.insert(key, info.clone());
+        table.pending.push((info.id, pad.clone()));
+        info
+    }
+
+    fn register_thread(&self) -> Local {
+        let slot = Arc::new(ThreadSlot {
+            idx: self.next_thread_idx.fetch_add(1, Ordering::Relaxed),
+            tid: gettid(),
+            name: current_thread_name(),
+            ring: Ring::with_capacity(self.ring_capacity),
+            alive: AtomicBool::new(true),
+        });
+        lock(&self.threads).push(slot.clone());
+        Local {
+            slot,
+            pads: PadCache::default(),
+            epoch: self.pad_epoch.load(Ordering::Acquire),
+            stack: [InFlight::default(); STACK_DEPTH],
+            depth: 0,
+        }
+    }
+}
+
+/// Whether the first structure of `caps` is `application/x-rtp`.
+fn caps_are_rtp(caps: &gst::CapsRef) -> bool {
+    caps.structure(0)
+        .is_some_and(|s| s.name() == "application/x-rtp")
+}
+
+/// Whether the element downstream of `pad` is a sink.
+fn peer_is_sink(pad: &gst::Pad) -> bool {
+    pad.peer()
+        .and_then(|peer| peer.parent_element())
+        .is_some_and(|e| e.element_flags().contains(gst::ElementFlags::SINK))
+}
+
+fn gettid() -> u32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+fn current_thread_name() -> String {
+    let mut buf = [0u8; 17];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes including the NUL.
+    unsafe { libc::prctl(libc::PR_GET_NAME, buf.as_mut_ptr()) };
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(16);
+    String::from_utf8_lossy(&buf[..len]).into_owned()
+}
+
+/// A cheap hasher for pointer keys.
+#[derive(Default)]
+struct PtrHasher(u64);
+
+impl Hasher for PtrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(self.0.rotate_left(8) ^ u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        let x = n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = x ^ (x >> 29);
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+}
+
+type PadCache = HashMap<usize, Arc<PadInfo>, BuildHasherDefault<PtrHasher>>;
+
+/// What a push needs to know about its pad.
+#[derive(Clone, Copy)]
+struct PadState {
+    id: u32,
+    is_rtp: bool,
+    peer_is_sink: bool,
+}
+
+/// A push in progress: its pad and, if it goes into a sink, its record.
+#[derive(Clone, Copy, Default)]
+struct InFlight {
+    pad: usize,
+    done: Option<Record>,
+}
+
+/// Per-thread state: ring slot, pad cache and in-flight stack.
+struct Local {
+    slot: Arc<ThreadSlot>,
+    pads: PadCache,
+    epoch: u64,
+    stack: [InFlight; STACK_DEPTH],
+    depth: usize,
+}
+
+impl Drop for Local {
+    fn drop(&mut self) {
+        self.slot.alive.store(false, Ordering::Release);
+    }
+}
+
+impl Local {
+    #[inline]
+    fn pad_info(&mut self, rec: &Recorder, pad: &gst::Pad) -> &PadInfo {
+        let epoch = rec.pad_epoch.load(Ordering::Acquire);
+        if epoch != self.epoch {
+            self.pads.clear();
+            self.epoch = epoch;
+        }
+        self.pads
+            .entry(pad.as_ptr() as usize)
+            .or_insert_with(|| rec.pad_info_slow(pad))
+    }
+
+    #[inline]
+    fn pad_state(&mut self, rec: &Recorder, pad: &gst::Pad) -> PadState {
+        let info = self.pad_info(rec, pad);
+        PadState {
+            id: info.id,
+            is_rtp: info.is_rtp.load(Ordering::Relaxed),
+            peer_is_sink: info.peer_is_sink.load(Ordering::Relaxed),
+        }
+    }
+
+    #[inline]
+    fn emit(&self, rec: &Recorder, r: &Record) {
+        if !self.slot.ring.push(r) {
+            rec.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[inline]
+    fn enter(&mut self, pad: &gst::Pad, done: Option<Record>) {
+        if let Some(e) = self.stack.get_mut(self.depth) {
+            *e = InFlight {
+                pad: pad.as_ptr() as usize,
+                done,
+            };
+        }
+        self.depth += 1;
+    }
+
+    #[inline]
+    fn leave(&mut self, pad: &gst::Pad) -> Option<Record> {
+        self.depth = self.depth.checked_sub(1)?;
+        let e = self.stack.get(self.depth)?;
+        (e.pad == pad.as_ptr() as usize).then_some(e.done).flatten()
+    }
+}
+
+/// Runs `f` with the recorder and this thread's state (registering the thread
+/// on first use); does nothing when not recording or when re-entered.
+#[inline]
+fn with_local(f: impl FnOnce(&Recorder, &mut Local)) {
+    let Some(rec) = RECORDER.get() else { return };
+    if rec.stop.load(Ordering::Relaxed) {
+        return;
+    }
+    let _ = LOCAL.try_with(|cell| {
+        if let Ok(mut local) = cell.try_borrow_mut() {
+            f(rec, local.get_or_insert_with(|| rec.register_thread()));
+        }
+    });
+}
+
+/// The push record of `buffer` (RTP fields read with a 12-byte copy).
+#[inline]
+fn buffer_record(
+    t_ns: u64,
+    thread_idx: u32,
+    pad: PadState,
+    buffer: &gst::BufferRef,
+    list_index: u16,
+    event_flags: u8,
+) -> Record {
+    // SAFETY: `buffer` is a valid GstBuffer; only plain fields are read.
+    let raw = unsafe { &*buffer.as_ptr() };
+    let size = buffer.size();
+    let mut r = Record {
+        t_ns,
+        pts: raw.pts,
+        dts: raw.dts,
+        duration: raw.duration,
+        offset: raw.offset,
+        offset_end: raw.offset_end,
+        pad_id: pad.id,
+        thread_idx,
+        size: size.min(u32::MAX as usize) as u32,
+        buffer_flags: raw.mini_object.flags,
+        kind: kind::PUSH,
+        flags: event_flags,
+        list_index,
+        ..Record::default()
+    };
+    if pad.is_rtp && size >= 12 {
+        let mut hdr = [0u8; 12];
+        // SAFETY: copies 12 bytes into a stack array of that size.
+        let copied = unsafe {
+            gst::ffi::gst_buffer_extract(buffer.as_mut_ptr(), 0, hdr.as_mut_ptr().cast(), 12)
+        };
+        if copied == 12 {
+            r.set_rtp_header(&hdr);
+        }
+    }
+    r
+}
+
+/// `pad-push-pre`: records the buffer.
+#[inline]
+pub fn on_push(pad: &gst::Pad, buffer: &gst::BufferRef) {
+    with_local(|rec, local| {
+        let st = local.pad_state(rec, pad);
+        let r = buffer_record(monotonic_ns(), local.slot.idx, st, buffer, 0, 0);
+        local.emit(rec, &r);
+        local.enter(pad, st.peer_is_sink.then_some(r));
+    });
+}
+
+/// `pad-push-list-pre`: records every buffer of the list.
+#[inline]
+pub fn on_push_list(pad: &gst::Pad, list: &gst::BufferListRef) {
+    with_local(|rec, local| {
+        let st = local.pad_state(rec, pad);
+        let t = monotonic_ns();
+        let mut last = None;
+        for (i, buffer) in list.iter().enumerate() {
+            let idx = i.min(u16::MAX as usize) as u16;
+            let r = buffer_record(t, local.slot.idx, st, buffer, idx, flags::IN_LIST);
+            local.emit(rec, &r);
+            last = Some(r);
+        }
+        local.enter(pad, last.filter(|_| st.peer_is_sink));
+    });
+}
+
+/// `pad-push-post` / `pad-push-list-post`: the `done` record for pushes into a sink.
+#[inline]
+pub fn on_push_post(pad: &gst::Pad) {
+    with_local(|rec, local| {
+        if let Some(mut r) = local.leave(pad) {
+            r.t_ns = monotonic_ns();
+            r.kind = kind::DONE;
+            local.emit(rec, &r);
+        }
+    });
+}
+
+/// `pad-push-event-pre`: `eos` records, caps notes and the pad's RTP flag.
+pub fn on_event(pad: &gst::Pad, event: &gst::EventRef) {
+    match event.type_() {
+        gst::EventType::Eos => with_local(|rec, local| {
+            let id = local.pad_info(rec, pad).id;
+            let r = Record::empty(monotonic_ns(), id, local.slot.idx, kind::EOS);
+            local.emit(rec, &r);
+        }),
+        gst::EventType::Caps => {
+            let gst::EventView::Caps(c) = event.view() else {
+                return;
+            };
+            let caps = c.caps();
+            with_local(|rec, local| {
+                let info = local.pad_info(rec, pad);
+                info.is_rtp.store(caps_are_rtp(caps), Ordering::Relaxed);
+                let pad_id = info.id;
+                rec.push_note(Note::Caps {
+                    pad_id,
+                    t_ns: monotonic_ns(),
+                    caps: caps.to_owned(),
+                });
+            });
+        }
+        _ => {}
+    }
+}
+
+/// `pad-link-post`: refreshes whether a known source pad now feeds a sink.
+pub fn on_link(src: &gst::Pad) {
+    let Some(rec) = RECORDER.get() else { return };
+    let info = lock(&rec.pads)
+        .by_ptr
+        .get(&(src.as_ptr() as usize))
+        .cloned();
+    if let Some(info) = info {
+        info.peer_is_sink
+            .store(peer_is_sink(src), Ordering::Relaxed);
+    }
+}
+
+/// `object-destroyed`: a later object at the same address gets a new id.
+pub fn on_object_destroyed(ptr: usize) {
+    if let Some(rec) = RECORDER.get() {
+        rec.forget_object(ptr);
+    }
+}
+
+/// Whether `element` is a top-level pipeline (no parent, or a `GstPipeline`).
+fn is_top_level(element: &gst::Element) -> bool {
+    element.is::<gst::Pipeline>() || element.parent().is_none()
+}
+
+/// `element-change-state-post`: a `CLOCK` sample for top-level pipelines;
+/// on the way to NULL, waits for the writer to put everything on disk.
+pub fn on_state_changed(
+    element: &gst::Element,
+    change: gst::StateChange,
+    result: Result<gst::StateChangeSuccess, gst::StateChangeError>,
+) {
+    let Some(rec) = RECORDER.get() else { return };
+    if rec.stop.load(Ordering::Relaxed) || !is_top_level(element) {
+        return;
+    }
+    let state = match result {
+        Ok(gst::StateChangeSuccess::Success) | Ok(gst::StateChangeSuccess::NoPreroll) => {
+            change.next()
+        }
+        _ => element.current_state(),
+    };
+    let id = rec.pipeline_id(element);
+    rec.push_note(Note::Clock(ClockSample::take(id, element, state)));
+    if change == gst::StateChange::ReadyToNull {
+        rec.flush_and_wait();
+    }
+}
+
+impl Recorder {
+    /// Wakes the writer and waits (bounded) until a full cycle ran.
+    fn flush_and_wait(&self) {
+        let target = self.cycles.load(Ordering::Acquire) + 2;
+        self.pipe.wake();
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while self.cycles.load(Ordering::Acquire) < target
+            && !self.finished.load(Ordering::Acquire)
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+}
+
+impl ClockSample {
+    /// Reads `pipeline`'s clock and CLOCK_MONOTONIC back to back.
+    pub fn take(pipeline_id: u64, pipeline: &gst::Element, state: gst::State) -> Self {
+        let clock = pipeline.clock();
+        let base_time = pipeline.base_time();
+        let before = monotonic_ns();
+        let clock_time = clock.as_ref().and_then(|c| c.time());
+        let after = monotonic_ns();
+        let flags = clock.as_ref().is_some_and(is_monotonic_system_clock) as u32;
+        ClockSample {
+            pipeline_id,
+            pipeline: pipeline.clone(),
+            mono_ns: before + (after - before) / 2,
+            clock_ns: clock_time.map_or(NONE, |t| t.nseconds()),
+            base_time: match (&clock, base_time) {
+                (Some(_), Some(b)) => b.nseconds(),
+                _ => NONE,
+            },
+            clock,
+            state: state as u32,
+            flags,
+        }
+    }
+}
+
+fn is_monotonic_system_clock(clock: &gst::Clock) -> bool {
+    clock
+        .downcast_ref::<gst::SystemClock>()
+        .is_some_and(|c| c.property::<gst::ClockType>("clock-type") == gst::ClockType::Monotonic)
+}

@@ -1,0 +1,327 @@
+//! The writer thread: drains the rings, stringifies, writes chunks.
+
+use std::collections::HashSet;
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use gst::prelude::*;
+
+use super::chunk::{self, ChunkWriter, ClockDesc, PadDesc};
+use super::recorder::{monotonic_ns, realtime_ns, ClockSample, Note, Recorder};
+use super::signals;
+
+/// Normal pause between two cycles.
+const CYCLE_MS: i32 = 10;
+/// Pause when a ring was more than a quarter full at the last cycle.
+const BUSY_CYCLE_MS: i32 = 1;
+/// Interval of the periodic `CLOCK` chunks.
+const CLOCK_INTERVAL_NS: u64 = 1_000_000_000;
+
+/// Owns the trace file; runs on its own thread.
+pub struct Writer {
+    file: File,
+    buf: Vec<u8>,
+    described_threads: HashSet<u32>,
+    written: u64,
+    last_drops: u64,
+    last_clock_ns: u64,
+    failed: bool,
+}
+
+impl Writer {
+    /// Creates the file (and its directory), writes the header and `INFO`.
+    pub fn open(path: &Path, process: &str, pid: u32) -> io::Result<Self> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        let mut file = File::create(path)?;
+        let start = monotonic_ns();
+        let mut buf = chunk::header(pid, start).to_vec();
+        chunk::info(&mut buf, &info_pairs(process));
+        file.write_all(&buf)?;
+        Ok(Writer {
+            file,
+            buf,
+            described_threads: HashSet::new(),
+            written: 0,
+            last_drops: 0,
+            last_clock_ns: start,
+            failed: false,
+        })
+    }
+
+    /// Writer loop: a cycle every ~10 ms until shutdown or a handled signal.
+    pub fn run(mut self, rec: &Recorder) {
+        let mut busy = false;
+        loop {
+            let signal = rec.pipe.wait(if busy { BUSY_CYCLE_MS } else { CYCLE_MS });
+            if signal.is_some() {
+                rec.stop.store(true, Ordering::SeqCst);
+            }
+            let stop = rec.stop.load(Ordering::SeqCst);
+            busy = self.cycle(rec);
+            rec.cycles.fetch_add(1, Ordering::AcqRel);
+            if stop {
+                self.finish(rec);
+                rec.finished.store(true, Ordering::Release);
+                if let Some(sig) = signal {
+                    signals::reraise(sig);
+                }
+                return;
+            }
+        }
+    }
+
+    /// One cycle; returns whether a ring was busy (more than a quarter full).
+    fn cycle(&mut self, rec: &Recorder) -> bool {
+        self.buf.clear();
+        self.write_pads(rec);
+        self.write_notes(rec);
+        self.write_periodic_clocks(rec);
+        let busy = self.write_events(rec);
+        self.write_drops(rec);
+        self.flush();
+        busy
+    }
+
+    /// Last cycle and the `END` chunk.
+    fn finish(&mut self, rec: &Recorder) {
+        self.cycle(rec);
+        self.buf.clear();
+        let dropped = rec.dropped.load(Ordering::Relaxed);
+        chunk::end(&mut self.buf, monotonic_ns(), self.written, dropped);
+        self.flush();
+    }
+
+    fn flush(&mut self) {
+        if self.failed || self.buf.is_empty() {
+            return;
+        }
+        if let Err(e) = self.file.write_all(&self.buf) {
+            eprintln!("latlab tracer: cannot write the trace: {e}");
+            self.failed = true;
+        }
+    }
+
+    fn write_pads(&mut self, rec: &Recorder) {
+        let pending = rec.take_pending_pads();
+        for (id, pad) in &pending {
+            chunk::pad(&mut self.buf, &describe_pad(rec, *id, pad));
+        }
+    }
+
+    fn write_notes(&mut self, rec: &Recorder) {
+        for note in rec.take_notes() {
+            match note {
+                Note::Caps { pad_id, t_ns, caps } => {
+                    chunk::caps(&mut self.buf, pad_id, t_ns, &caps.to_string())
+                }
+                Note::Clock(sample) => chunk::clock(&mut self.buf, &describe_clock(&sample)),
+            }
+        }
+    }
+
+    /// Once a second, a `CLOCK` chunk per live pipeline that is running with a clock.
+    fn write_periodic_clocks(&mut self, rec: &Recorder) {
+        let now = monotonic_ns();
+        if now.saturating_sub(self.last_clock_ns) < CLOCK_INTERVAL_NS {
+            return;
+        }
+        self.last_clock_ns = now;
+        // An application's handler that was removed again (GLib restores the
+        // default disposition) leaves the signal to us once more.
+        rec.pipe.install_signal_handlers();
+        for (id, pipeline) in rec.live_pipelines() {
+            let state = pipeline.current_state();
+            if state < gst::State::Paused {
+                continue;
+            }
+            let sample = ClockSample::take(id, &pipeline, state);
+            if sample.clock.is_some() {
+                chunk::clock(&mut self.buf, &describe_clock(&sample));
+            }
+        }
+    }
+
+    /// `THREAD` chunks for new threads, then one `EVENTS` chunk with every
+    /// ring's records; frees the slots of threads that exited.
+    fn write_events(&mut self, rec: &Recorder) -> bool {
+        let threads = rec.threads();
+        for t in &threads {
+            if self.described_threads.insert(t.idx) {
+                chunk::thread(&mut self.buf, t.idx, t.tid, &thread_name(t.tid, &t.name));
+            }
+        }
+        let mut busy = false;
+        let mut exited = Vec::new();
+        let mut events = ChunkWriter::begin(&mut self.buf, chunk::kind::EVENTS);
+        for t in &threads {
+            let alive = t.alive.load(Ordering::Acquire);
+            let n = t.ring.drain(|r| {
+                events.record(r);
+            });
+            self.written += n as u64;
+            busy |= n > t.ring.capacity() / 4;
+            if !alive {
+                exited.push(t.idx);
+            }
+        }
+        if events.payload_len() == 0 {
+            events.discard();
+        } else {
+            events.finish();
+        }
+        if !exited.is_empty() {
+            rec.remove_threads(&exited);
+        }
+        busy
+    }
+
+    fn write_drops(&mut self, rec: &Recorder) {
+        let dropped = rec.dropped.load(Ordering::Relaxed);
+        if dropped != self.last_drops {
+            self.last_drops = dropped;
+            chunk::drops(&mut self.buf, monotonic_ns(), dropped);
+        }
+    }
+}
+
+/// The `INFO` key/value pairs.
+fn info_pairs(process: &str) -> Vec<(&'static str, String)> {
+    let realtime = realtime_ns();
+    let monotonic = monotonic_ns();
+    let cmdline = std::fs::read("/proc/self/cmdline")
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|a| !a.is_empty())
+                .map(String::from_utf8_lossy)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default();
+    vec![
+        ("process", process.to_string()),
+        ("hostname", hostname()),
+        ("gst_version", gst::version_string().to_string()),
+        ("tracer_version", env!("CARGO_PKG_VERSION").to_string()),
+        ("cmdline", cmdline),
+        ("realtime_ns", realtime.to_string()),
+        ("monotonic_ns", monotonic.to_string()),
+    ]
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer length is passed along.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return String::new();
+    }
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..len]).into_owned()
+}
+
+/// The thread's current name, else the one it had when first seen.
+fn thread_name(tid: u32, fallback: &str) -> String {
+    std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
+        .map(|s| s.trim_end_matches('\n').to_string())
+        .unwrap_or_else(|_| fallback.to_string())
+}
+
+/// The element a pad belongs to (for an internal proxy pad, its ghost pad's).
+fn owning_element(pad: &gst::Pad) -> Option<gst::Element> {
+    let parent = pad.parent()?;
+    match parent.downcast::<gst::Element>() {
+        Ok(e) => Some(e),
+        Err(parent) => parent.downcast::<gst::Pad>().ok()?.parent_element(),
+    }
+}
+
+/// Names of `element`'s parents from the top-level bin, and that top-level bin.
+fn ancestry(element: &gst::Element) -> (String, Option<gst::Object>) {
+    let mut names = Vec::new();
+    let mut top = None;
+    let mut cur = element.parent();
+    while let Some(obj) = cur {
+        names.push(obj.name().to_string());
+        cur = obj.parent();
+        top = Some(obj);
+    }
+    names.reverse();
+    (names.join("/"), top)
+}
+
+fn factory_name(element: &gst::Element) -> String {
+    element
+        .factory()
+        .map(|f| f.name().to_string())
+        .unwrap_or_default()
+}
+
+fn flag_if(cond: bool, flag: u32) -> u32 {
+    if cond {
+        flag
+    } else {
+        0
+    }
+}
+
+/// Everything the `PAD` chunk says about `pad`.
+fn describe_pad(rec: &Recorder, pad_id: u32, pad: &gst::Pad) -> PadDesc {
+    use chunk::pad_flags::*;
+    let mut d = PadDesc {
+        pad_id,
+        pad: pad.name().to_string(),
+        flags: flag_if(pad.direction() == gst::PadDirection::Src, SRC)
+            | flag_if(pad.is::<gst::ProxyPad>(), GHOST_OR_PROXY),
+        ..PadDesc::default()
+    };
+    if let Some(element) = owning_element(pad) {
+        let ef = element.element_flags();
+        d.flags |= flag_if(ef.contains(gst::ElementFlags::SOURCE), ELEMENT_IS_SOURCE)
+            | flag_if(ef.contains(gst::ElementFlags::SINK), ELEMENT_IS_SINK);
+        d.element = element.name().to_string();
+        d.factory = factory_name(&element);
+        d.klass = element
+            .factory()
+            .and_then(|f| f.metadata(gst::ELEMENT_METADATA_KLASS).map(str::to_string))
+            .unwrap_or_default();
+        let (path, top) = ancestry(&element);
+        d.parent_path = path;
+        let top = top.map_or(Some(element.clone()), |t| t.downcast::<gst::Element>().ok());
+        if let Some(top) = top.filter(|t| t.is::<gst::Bin>()) {
+            d.pipeline_id = rec.pipeline_id(&top);
+        }
+    }
+    if let Some(peer) = pad.peer() {
+        d.peer_pad = peer.name().to_string();
+        if let Some(pe) = owning_element(&peer) {
+            d.flags |= flag_if(
+                pe.element_flags().contains(gst::ElementFlags::SINK),
+                PEER_IS_SINK,
+            );
+            d.peer_element = pe.name().to_string();
+            d.peer_factory = factory_name(&pe);
+        }
+    }
+    d
+}
+
+fn describe_clock(s: &ClockSample) -> ClockDesc {
+    ClockDesc {
+        pipeline_id: s.pipeline_id,
+        mono_ns: s.mono_ns,
+        clock_ns: s.clock_ns,
+        base_time: s.base_time,
+        state: s.state,
+        flags: s.flags,
+        pipeline: s.pipeline.name().to_string(),
+        clock: s
+            .clock
+            .as_ref()
+            .map(|c| c.name().to_string())
+            .unwrap_or_default(),
+    }
+}
