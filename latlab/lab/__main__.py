@@ -1,0 +1,46 @@
+"""``python -m latlab.lab SCENARIO OUT_DIR [--no-trace] [--no-progress]``: run one scenario.
+
+A minimal entry point for scripts and tests; the user-facing command is ``latlab run``.
+Exit status: 0 ok, 1 run error, 2 bad scenario, 130 Ctrl-C, 143 SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from latlab.lab.runner import RunError, run_scenario
+from latlab.lab.scenario import ScenarioError, load_scenario
+from latlab.tracer import TracerNotBuilt
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments, run the scenario, print errors as one line; returns the exit status."""
+    parser = argparse.ArgumentParser(prog="python -m latlab.lab")
+    parser.add_argument("scenario", type=Path)
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--no-trace", action="store_true", help="do not load the tracer")
+    parser.add_argument("--no-progress", action="store_true", help="no progress display")
+    args = parser.parse_args(argv)
+    try:
+        scenario = load_scenario(args.scenario)
+    except ScenarioError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        result = run_scenario(
+            scenario, args.out_dir, trace=not args.no_trace, progress=not args.no_progress
+        )
+    except (RunError, TracerNotBuilt, FileExistsError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    print(f"run dir: {result.out_dir} ({len(result.trace_files)} trace files)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""Lab hosts as network namespaces joined by veth pairs.
+
+Names identify latlab and the owning process, so leftovers of a crashed run can be
+found and removed without touching anything else:
+
+* namespace ``llab-<pid>-<host>``
+* veth ends ``ll<pid>v<i>a`` / ``ll<pid>v<i>b`` for link ``i`` (at most 15 characters)
+
+Link ``i`` gets the subnet ``10.77.<i>.0/30``: its first host ``.1``, its second ``.2``.
+A host's address is the address of its first link (``127.0.0.1`` without links).
+All commands run ``ip`` (iproute2) with argument lists; nothing passes through a shell.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from latlab.lab.signals import signals_deferred, sigterm_raises
+
+if TYPE_CHECKING:
+    from latlab.lab.scenario import Scenario
+
+NS_PREFIX = "llab-"
+NS_RE = re.compile(r"^llab-(\d+)-(.+)$")
+VETH_RE = re.compile(r"^ll(\d+)v(\d+)[ab]$")
+IFNAMSIZ = 15
+SUBNET_BASE = "10.77"
+MAX_LINKS = 256
+LOOPBACK = "127.0.0.1"
+
+
+class LabError(RuntimeError):
+    """Setting up or tearing down the lab failed; ``str()`` is one line."""
+
+
+@dataclass(frozen=True)
+class LinkPlan:
+    """Names and addresses of one link's veth pair."""
+
+    index: int
+    a: str
+    b: str
+    veth_a: str
+    veth_b: str
+    addr_a: str
+    addr_b: str
+    prefix_len: int = 30
+
+
+def namespace_name(pid: int, host: str) -> str:
+    """Namespace name for ``host`` owned by process ``pid``."""
+    return f"{NS_PREFIX}{pid}-{host}"
+
+
+def veth_names(pid: int, index: int) -> tuple[str, str]:
+    """The two veth interface names for link ``index`` owned by ``pid``."""
+    names = (f"ll{pid}v{index}a", f"ll{pid}v{index}b")
+    for name in names:
+        if len(name) > IFNAMSIZ:
+            raise LabError(f"interface name '{name}' longer than {IFNAMSIZ} characters")
+    return names
+
+
+def plan_links(pid: int, links: Sequence[tuple[str, str]]) -> list[LinkPlan]:
+    """Assign veth names and /30 addresses to each link, in order."""
+    if len(links) > MAX_LINKS:
+        raise LabError(f"at most {MAX_LINKS} links are supported, not {len(links)}")
+    plans = []
+    for i, (a, b) in enumerate(links):
+        veth_a, veth_b = veth_names(pid, i)
+        addr_a, addr_b = f"{SUBNET_BASE}.{i}.1", f"{SUBNET_BASE}.{i}.2"
+        plans.append(LinkPlan(i, a, b, veth_a, veth_b, addr_a, addr_b))
+    return plans
+
+
+def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """Run ``ip ARGS...``; on failure (with ``check``) raise LabError with its message."""
+    result = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
+    if check and result.returncode != 0:
+        message = " ".join(result.stderr.split()) or f"exit code {result.returncode}"
+        raise LabError(f"ip {' '.join(args)}: {message}")
+    return result
+
+
+def list_namespaces() -> list[str]:
+    """Names of all network namespaces known to ``ip netns``."""
+    out = ip("-j", "netns", "list").stdout.strip()
+    return [entry["name"] for entry in json.loads(out)] if out else []
+
+
+def list_root_links() -> list[str]:
+    """Interface names in this process's network namespace."""
+    out = ip("-j", "link", "show").stdout.strip()
+    return [entry["ifname"] for entry in json.loads(out)] if out else []
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def kill_namespace_processes(namespace: str) -> list[int]:
+    """SIGKILL every process living in ``namespace``; returns their pids."""
+    result = ip("netns", "pids", namespace, check=False)
+    pids = [int(p) for p in result.stdout.split() if p.isdigit()]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+def delete_namespace(namespace: str, *, check: bool = True) -> None:
+    """Kill the processes inside ``namespace`` and delete it (no error if it is gone)."""
+    if namespace not in list_namespaces():
+        return
+    kill_namespace_processes(namespace)
+    ip("netns", "del", namespace, check=check)
+
+
+def cleanup_stale() -> list[str]:
+    """Remove latlab namespaces and veths whose owner process is gone; returns their names.
+
+    Only names with the latlab prefix and a dead owner pid are touched.
+    """
+    removed = []
+    for name in list_namespaces():
+        match = NS_RE.match(name)
+        if match and not pid_alive(int(match.group(1))):
+            delete_namespace(name, check=False)  # another run may be removing it too
+            removed.append(name)
+    for name in list_root_links():
+        match = VETH_RE.match(name)
+        if match and not pid_alive(int(match.group(1))):
+            ip("link", "del", name, check=False)
+            removed.append(name)
+    return removed
+
+
+class Lab:
+    """Hosts (network namespaces) and links (veth pairs) for one run.
+
+    Use as a context manager: the lab is torn down on normal exit, exceptions,
+    Ctrl-C and SIGTERM (which raises :class:`~latlab.lab.signals.Terminated` meanwhile),
+    and at interpreter exit as a last resort.
+    """
+
+    def __init__(
+        self,
+        hosts: Sequence[str],
+        links: Sequence[tuple[str, str]] = (),
+        *,
+        owner_pid: int | None = None,
+    ) -> None:
+        self.pid = owner_pid if owner_pid is not None else os.getpid()
+        self.hosts = list(hosts)
+        for a, b in links:
+            if a not in self.hosts or b not in self.hosts or a == b:
+                raise LabError(f"bad link between '{a}' and '{b}' (hosts: {self.hosts})")
+        self.links = plan_links(self.pid, links)
+        self._created: list[str] = []
+        self._stack = ExitStack()
+
+    @classmethod
+    def from_scenario(cls, scenario: Scenario) -> Lab:
+        """A lab with the scenario's hosts and links."""
+        links = [(link.a, link.b) for link in scenario.links]
+        return cls(scenario.host_names(), links)
+
+    def namespace(self, host: str) -> str:
+        """Namespace name of ``host``."""
+        self._check_host(host)
+        return namespace_name(self.pid, host)
+
+    def addr(self, host: str) -> str:
+        """Address of ``host``: its first link's address, or 127.0.0.1 without links."""
+        self._check_host(host)
+        for link in self.links:
+            if host in (link.a, link.b):
+                return link.addr_a if host == link.a else link.addr_b
+        return LOOPBACK
+
+    def addrs(self) -> dict[str, str]:
+        """Address of every host."""
+        return {host: self.addr(host) for host in self.hosts}
+
+    def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
+        """``argv`` prefixed to run inside ``host``'s namespace."""
+        return ["ip", "netns", "exec", self.namespace(host), *argv]
+
+    def describe(self) -> dict[str, Any]:
+        """Hosts and links as plain data (for run.json)."""
+        hosts = {h: {"namespace": self.namespace(h), "addr": self.addr(h)} for h in self.hosts}
+        links = [
+            {
+                "between": [p.a, p.b],
+                "interfaces": [p.veth_a, p.veth_b],
+                "addrs": [f"{p.addr_a}/{p.prefix_len}", f"{p.addr_b}/{p.prefix_len}"],
+            }
+            for p in self.links
+        ]
+        return {"hosts": hosts, "links": links}
+
+    def up(self) -> Lab:
+        """Create namespaces and links; on any failure, remove what was created and re-raise."""
+        atexit.register(self.down)
+        try:
+            existing = set(list_namespaces())
+            for host in self.hosts:
+                self._add_namespace(self.namespace(host), existing)
+            for link in self.links:
+                self._add_link(link)
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def down(self) -> None:
+        """Delete exactly the namespaces this lab created (with their veths and processes)."""
+        with signals_deferred():
+            errors = []
+            while self._created:
+                namespace = self._created[-1]
+                try:
+                    delete_namespace(namespace)
+                except LabError as exc:
+                    errors.append(str(exc))
+                self._created.pop()
+            atexit.unregister(self.down)
+        if errors:
+            raise LabError(errors[0])
+
+    def __enter__(self) -> Lab:
+        self._stack.enter_context(sigterm_raises())
+        try:
+            return self.up()
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.down()
+        finally:
+            self._stack.close()
+
+    def _check_host(self, host: str) -> None:
+        if host not in self.hosts:
+            raise LabError(f"unknown host '{host}' (hosts: {', '.join(sorted(self.hosts))})")
+
+    def _add_namespace(self, namespace: str, existing: set[str]) -> None:
+        if namespace in existing:
+            raise LabError(f"namespace '{namespace}' already exists (another lab in this process?)")
+        self._created.append(namespace)
+        ip("netns", "add", namespace)
+        ip("-n", namespace, "link", "set", "lo", "up")
+
+    def _add_link(self, link: LinkPlan) -> None:
+        ns_a, ns_b = self.namespace(link.a), self.namespace(link.b)
+        ip("link", "add", "name", link.veth_a, "netns", ns_a, "type", "veth",
+           "peer", "name", link.veth_b, "netns", ns_b)  # fmt: skip
+        for ns, dev, addr in ((ns_a, link.veth_a, link.addr_a), (ns_b, link.veth_b, link.addr_b)):
+            ip("-n", ns, "addr", "add", f"{addr}/{link.prefix_len}", "dev", dev)
+            ip("-n", ns, "link", "set", dev, "up")

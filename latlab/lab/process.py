@@ -1,0 +1,191 @@
+"""One child process of a run: started in its own session, logged, watched, stopped."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+# gst-launch-1.0 (1.22) prints this when the pipeline goes PAUSED -> PLAYING, for live and
+# non-live pipelines alike (the pipeline selects and distributes its clock at that moment).
+READY_MARKER = "New clock:"
+# SIGINT makes gst-launch -e send EOS and wait for it. GStreamer 1.22 can deadlock when that
+# EOS comes within milliseconds of PLAYING (send_event vs. the sink's preroll wait), hence
+# the escalation to SIGTERM and SIGKILL.
+STOP_STEPS: tuple[tuple[signal.Signals, str, float | None], ...] = (
+    (signal.SIGINT, "sigint", 5.0),
+    (signal.SIGTERM, "sigterm", 2.0),
+    (signal.SIGKILL, "sigkill", None),
+)
+_SOURCE_LINE = re.compile(r"^\S+\.(c|cc|cpp|rs)\(\d+\):")
+
+
+@dataclass
+class ChildProcess:
+    """A child started with stdout read line by line (to detect readiness) and logged."""
+
+    name: str
+    argv: list[str]
+    stdout_log: Path
+    stderr_log: Path
+    exited: threading.Event
+    ready_marker: str = READY_MARKER
+    popen: subprocess.Popen[str] | None = None
+    started_ns: int | None = None
+    ready_ns: int | None = None
+    stopped: str = "not-started"
+    state_changed: threading.Event = field(default_factory=threading.Event)
+    _eof: bool = False
+    _reader: threading.Thread | None = None
+    _stderr_file: IO[str] | None = None
+
+    def start(self, env: Mapping[str, str]) -> None:
+        """Start in a new session (own process group) with ``env`` as its environment."""
+        self._stderr_file = self.stderr_log.open("w", encoding="utf-8")
+        self.started_ns = time.monotonic_ns()
+        self.stopped = "running"
+        self.popen = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr_file,
+            env=dict(env),
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
+        self._reader = threading.Thread(target=self._read_stdout, name=f"stdout-{self.name}")
+        self._reader.daemon = True
+        self._reader.start()
+
+    @property
+    def pid(self) -> int | None:
+        """Process id (also its process group id), once started."""
+        return self.popen.pid if self.popen else None
+
+    @property
+    def ready(self) -> bool:
+        """Whether the readiness line has been seen."""
+        return self.ready_ns is not None
+
+    @property
+    def eof(self) -> bool:
+        """Whether stdout was closed (the process exited or is exiting)."""
+        return self._eof
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Block until ready or stdout closes, at most ``timeout`` s; True if ready."""
+        self.state_changed.wait(timeout)
+        return self.ready
+
+    def exit_code(self, timeout: float = 2.0) -> int | None:
+        """Exit code after the process ends (waits up to ``timeout`` s); None if still alive."""
+        if self.popen is None:
+            return None
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self, steps: Sequence[tuple[signal.Signals, str, float | None]] = STOP_STEPS) -> str:
+        """Stop the process group: SIGINT (gst-launch -e sends EOS), then SIGTERM, SIGKILL."""
+        if self.popen is None:
+            return self.stopped
+        if self.popen.poll() is not None:
+            self.stopped = "exited"
+        else:
+            self.stopped = self._escalate(steps)
+        self.close()
+        return self.stopped
+
+    def kill_group(self) -> None:
+        """SIGKILL the process group if the process has not been reaped yet."""
+        if self.popen is not None and self.popen.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.popen.pid, signal.SIGKILL)
+            self.popen.wait()
+        self.close()
+
+    def close(self) -> None:
+        """Finish reading stdout and close log files."""
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        if self._stderr_file is not None:
+            self._stderr_file.close()
+            self._stderr_file = None
+
+    def stderr_summary(self, limit: int = 2) -> str:
+        """The error lines gst-launch printed (or the last lines of stderr), on one line."""
+        if self._stderr_file is not None:
+            self._stderr_file.flush()
+        try:
+            text = self.stderr_log.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""
+        return summarize_stderr(text.splitlines(), limit)
+
+    def describe(self, origin_ns: int) -> dict[str, Any]:
+        """Plain data for run.json; times are seconds after ``origin_ns`` (CLOCK_MONOTONIC)."""
+
+        def since(ns: int | None) -> float | None:
+            return None if ns is None else round((ns - origin_ns) / 1e9, 6)
+
+        return {
+            "pid": self.pid,
+            "exit_code": self.popen.returncode if self.popen else None,
+            "started_s": since(self.started_ns),
+            "ready_s": since(self.ready_ns),
+            "started_monotonic_ns": self.started_ns,
+            "ready_monotonic_ns": self.ready_ns,
+            "stopped": self.stopped,
+        }
+
+    def _escalate(self, steps: Sequence[tuple[signal.Signals, str, float | None]]) -> str:
+        assert self.popen is not None
+        how = "exited"
+        for signum, how, grace in steps:
+            try:
+                os.killpg(self.popen.pid, signum)
+            except ProcessLookupError:
+                self.popen.wait()
+                return "exited"
+            try:
+                self.popen.wait(timeout=grace)
+                return how
+            except subprocess.TimeoutExpired:
+                continue
+        return how
+
+    def _read_stdout(self) -> None:
+        assert self.popen is not None and self.popen.stdout is not None
+        with self.stdout_log.open("w", encoding="utf-8") as log:
+            for line in self.popen.stdout:
+                if self.ready_ns is None and line.startswith(self.ready_marker):
+                    self.ready_ns = time.monotonic_ns()
+                    self.state_changed.set()
+                log.write(line)
+                log.flush()
+        self.popen.stdout.close()
+        self._eof = True
+        self.state_changed.set()
+        self.exited.set()
+
+
+def summarize_stderr(lines: Sequence[str], limit: int = 2) -> str:
+    """Pick gst-launch's ERROR/erroneous-pipeline lines (or the last lines) for a message."""
+    lines = [line.strip() for line in lines if line.strip()]
+    start = next(
+        (i for i, line in enumerate(lines) if line.startswith(("ERROR", "WARNING: erroneous"))),
+        None,
+    )
+    picked = lines[start:] if start is not None else lines[-limit:]
+    picked = [p for p in picked if p != "Additional debug info:" and not _SOURCE_LINE.match(p)]
+    return " | ".join(picked[:limit]) or "(nothing on stderr)"

@@ -1,0 +1,293 @@
+"""Run a scenario: bring up the lab, start each pipeline in order, wait, stop, tear down.
+
+Each process runs ``gst-launch-1.0 -e <pipeline words>`` inside its host's namespace, in
+its own session, with the latlab tracer loaded (``trace=True``). A process is ready when
+gst-launch prints ``New clock:`` (the pipeline is going to PLAYING); the next one starts
+only then. Processes stop in reverse start order: SIGINT (gst-launch sends EOS and waits
+for it), then SIGTERM, then SIGKILL to the process group. The lab is always torn down.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from latlab.lab import rundir
+from latlab.lab.netns import Lab, cleanup_stale
+from latlab.lab.process import ChildProcess
+from latlab.lab.scenario import Process, Scenario
+from latlab.lab.signals import Terminated, signals_deferred, sigterm_raises
+from latlab.tracer import tracer_env
+
+GST_LAUNCH = "gst-launch-1.0"
+READY_TIMEOUT_S = 10.0
+PROGRESS_TICK_S = 0.25
+
+
+class RunError(RuntimeError):
+    """A run failed; ``str()`` is one line naming the process and the cause."""
+
+
+@dataclass
+class RunResult:
+    """Outcome of a run: where it is, the trace files, and the contents of run.json."""
+
+    out_dir: Path
+    trace_files: list[Path] = field(default_factory=list)
+    run: dict[str, Any] = field(default_factory=dict)
+
+
+def gst_launch_argv(pipeline: str) -> list[str]:
+    """The argv that runs ``pipeline`` the way a shell would pass it to gst-launch-1.0 -e."""
+    try:
+        words = shlex.split(pipeline)
+    except ValueError as exc:
+        raise RunError(f"cannot split pipeline into words: {exc}") from None
+    return [GST_LAUNCH, "-e", *words]
+
+
+def process_env(
+    base: dict[str, str], tracing: dict[str, str], extra: dict[str, str]
+) -> dict[str, str]:
+    """Environment for one process: ``base`` + tracer variables + the scenario's ``env``.
+
+    A scenario's own GST_TRACERS / GST_PLUGIN_PATH are combined with the tracer's.
+    """
+    env = {**base, **tracing, **extra}
+    if tracing and "GST_TRACERS" in extra:
+        tracers = [t for t in extra["GST_TRACERS"].split(";") if t]
+        if "latlab" not in (t.split("(")[0] for t in tracers):
+            tracers.append("latlab")
+        env["GST_TRACERS"] = ";".join(tracers)
+    if tracing and "GST_PLUGIN_PATH" in extra:
+        plugin_dir = tracing["GST_PLUGIN_PATH"].split(os.pathsep)[0]
+        env["GST_PLUGIN_PATH"] = os.pathsep.join([plugin_dir, extra["GST_PLUGIN_PATH"]])
+    return env
+
+
+def run_scenario(
+    scenario: Scenario, out_dir: Path, *, trace: bool = True, progress: bool = True
+) -> RunResult:
+    """Run ``scenario`` and write its run directory ``out_dir`` (see docs/run-dir.md).
+
+    Raises RunError when a process fails to start, is not ready within 10 s or exits
+    early; TracerNotBuilt when ``trace`` is set and the tracer plugin is missing;
+    KeyboardInterrupt / Terminated (SystemExit 143) on Ctrl-C / SIGTERM, after cleanup.
+    """
+    out_dir = Path(out_dir)
+    if trace:
+        tracer_env(out_dir / rundir.TRACES)  # fail early when the plugin is not built
+    if shutil.which(GST_LAUNCH) is None:
+        raise RunError(f"{GST_LAUNCH} not found on PATH")
+    rundir.prepare(out_dir)
+    _copy_scenario(scenario, out_dir)
+    rundir.write_json(out_dir / "env.json", rundir.environment())
+    cleanup_stale()
+    return _Run(scenario, out_dir, trace, progress).execute()
+
+
+def _copy_scenario(scenario: Scenario, out_dir: Path) -> None:
+    source = Path(scenario.source)
+    target = out_dir / "scenario.toml"
+    if source.is_file():
+        shutil.copyfile(source, target)
+    else:
+        target.write_text(scenario.text, encoding="utf-8")
+
+
+class _Run:
+    """State of one run, so that cleanup and run.json see everything started so far."""
+
+    def __init__(self, scenario: Scenario, out_dir: Path, trace: bool, progress: bool) -> None:
+        self.scenario = scenario
+        self.out_dir = out_dir
+        self.trace = trace
+        self.progress = progress
+        self.exited = threading.Event()
+        self.children: list[tuple[Process, ChildProcess]] = []
+        self.lab: Lab | None = None
+        self.started = rundir.Instant.now()
+        self.measure_start_ns: int | None = None
+        self.measure_end_ns: int | None = None
+        self.status = "running"
+        self.error: str | None = None
+
+    def execute(self) -> RunResult:
+        with sigterm_raises():
+            try:
+                with Lab.from_scenario(self.scenario) as lab:
+                    self.lab = lab
+                    try:
+                        self._start_all()
+                        self._wait_duration()
+                        self.status = "ok"
+                    finally:
+                        self._stop_all()
+            except BaseException as exc:
+                self._record_failure(exc)
+                raise
+            finally:
+                self._write_run_json()
+        run = self._run_json()
+        return RunResult(self.out_dir, rundir.trace_files(self.out_dir), run)
+
+    def _record_failure(self, exc: BaseException) -> None:
+        if isinstance(exc, KeyboardInterrupt | Terminated):
+            self.status = "interrupted"
+            self.error = (
+                "interrupted by SIGINT"
+                if isinstance(exc, KeyboardInterrupt)
+                else ("terminated by SIGTERM")
+            )
+        else:
+            self.status = "failed"
+            self.error = str(exc) or type(exc).__name__
+
+    def _start_all(self) -> None:
+        assert self.lab is not None
+        addrs = self.lab.addrs()
+        for proc in self.scenario.processes:
+            child = self._child(proc, addrs)
+            self.children.append((proc, child))
+            child.start(self._env(proc, addrs))
+            self._await_ready(child)
+        self.measure_start_ns = time.monotonic_ns()
+
+    def _child(self, proc: Process, addrs: dict[str, str]) -> ChildProcess:
+        assert self.lab is not None
+        pipeline = self.scenario.resolved_pipeline(proc, addrs)
+        try:
+            argv = gst_launch_argv(pipeline)
+        except RunError as exc:
+            raise RunError(f"process '{proc.name}': {exc}") from None
+        logs = self.out_dir / rundir.LOGS
+        return ChildProcess(
+            name=proc.name,
+            argv=self.lab.exec_argv(proc.host, argv),
+            stdout_log=logs / f"{proc.name}.stdout",
+            stderr_log=logs / f"{proc.name}.stderr",
+            exited=self.exited,
+        )
+
+    def _env(self, proc: Process, addrs: dict[str, str]) -> dict[str, str]:
+        tracing = tracer_env(self.out_dir / rundir.TRACES, proc.name) if self.trace else {}
+        return process_env(dict(os.environ), tracing, self.scenario.resolved_env(proc, addrs))
+
+    def _await_ready(self, child: ChildProcess) -> None:
+        if child.wait_ready(READY_TIMEOUT_S):
+            return
+        if child.eof:
+            code = child.exit_code()
+            raise RunError(
+                f"process '{child.name}' failed to start (exit code {code}): "
+                f"{child.stderr_summary()}"
+            )
+        raise RunError(
+            f"process '{child.name}' not ready after {READY_TIMEOUT_S:g} s "
+            f"(no '{child.ready_marker}' from {GST_LAUNCH}): {child.stderr_summary()}"
+        )
+
+    def _wait_duration(self) -> None:
+        assert self.measure_start_ns is not None
+        duration = float(self.scenario.duration_s)
+        deadline = time.monotonic() + duration
+        with _status_display(self.scenario.name, duration, self.progress) as update:
+            while (remaining := deadline - time.monotonic()) > 0:
+                if self.exited.wait(min(remaining, PROGRESS_TICK_S)):
+                    self._fail_early_exit()
+                update(duration - max(remaining, 0))
+            update(duration)
+        self.measure_end_ns = time.monotonic_ns()
+
+    def _fail_early_exit(self) -> None:
+        self.measure_end_ns = time.monotonic_ns()
+        for _, child in self.children:
+            if child.eof:
+                code = child.exit_code()
+                raise RunError(
+                    f"process '{child.name}' exited early (exit code {code}): "
+                    f"{child.stderr_summary()}"
+                )
+
+    def _stop_all(self) -> None:
+        if self.measure_start_ns is not None and self.measure_end_ns is None:
+            self.measure_end_ns = time.monotonic_ns()
+        with signals_deferred() as received:
+            for _, child in reversed(self.children):
+                if received:
+                    child.kill_group()
+                else:
+                    child.stop()
+            for _, child in self.children:
+                child.kill_group()
+
+    def _run_json(self) -> dict[str, Any]:
+        origin = self.started.monotonic_ns
+        measured = None
+        if self.measure_start_ns is not None and self.measure_end_ns is not None:
+            measured = round((self.measure_end_ns - self.measure_start_ns) / 1e9, 6)
+        lab = self.lab.describe() if self.lab else {"hosts": {}, "links": []}
+        return {
+            "schema": rundir.RUN_SCHEMA,
+            "kind": "scenario",
+            "name": self.scenario.name,
+            "scenario": self.scenario.source,
+            "status": self.status,
+            "error": self.error,
+            "started_at": self.started.iso,
+            "started_monotonic_ns": origin,
+            "duration_s": measured,
+            "planned_duration_s": self.scenario.duration_s,
+            "measure_start_monotonic_ns": self.measure_start_ns,
+            "measure_end_monotonic_ns": self.measure_end_ns,
+            "trace": self.trace,
+            "params": dict(self.scenario.params),
+            "hosts": lab["hosts"],
+            "links": lab["links"],
+            "processes": [self._describe(proc, child, origin) for proc, child in self.children],
+        }
+
+    def _describe(self, proc: Process, child: ChildProcess, origin: int) -> dict[str, Any]:
+        return {
+            "name": proc.name,
+            "host": proc.host,
+            "argv": child.argv,
+            **child.describe(origin),
+            "stdout": str(child.stdout_log.relative_to(self.out_dir)),
+            "stderr": str(child.stderr_log.relative_to(self.out_dir)),
+        }
+
+    def _write_run_json(self) -> None:
+        with signals_deferred():
+            rundir.write_json(self.out_dir / "run.json", self._run_json())
+
+
+@contextmanager
+def _status_display(name: str, duration: float, progress: bool) -> Iterator[Any]:
+    """Yield ``update(elapsed_s)``: a rich progress bar on a TTY, else one status line."""
+    if not progress:
+        yield lambda elapsed: None
+        return
+    if not sys.stdout.isatty():
+        print(f"latlab: {name}: all processes ready, running for {duration:g} s", flush=True)
+        yield lambda elapsed: None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn
+
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed:.1f}/{task.total:g} s"),
+    )
+    with Progress(*columns, transient=False) as bar:
+        task = bar.add_task(name, total=duration)
+        yield lambda elapsed: bar.update(task, completed=elapsed)

@@ -1,0 +1,366 @@
+"""Scenario files: what a run sets up (hosts, links, processes) and for how long.
+
+A scenario is a TOML file::
+
+    name = "l16-basic"
+    duration_s = 10
+    description = "optional text"
+    [params]                 # optional user variables, referenced as ${params.NAME}
+    latency = 20
+    [analysis]               # optional
+    unit_ms = 10
+    [hosts.tx]
+    [hosts.rx]
+    [[links]]
+    between = ["tx", "rx"]
+    [processes.receiver]     # processes start in file order
+    host = "rx"
+    pipeline = "udpsrc port=5004 ! ... ! fakesink"
+    env = { GST_DEBUG = "2" }
+    [processes.sender]
+    host = "tx"
+    pipeline = "audiotestsrc is-live=true ! ... ! udpsink host=${hosts.rx.addr} port=5004"
+
+``pipeline`` and ``env`` values may reference ``${hosts.NAME.addr}`` (the host's address,
+known once the lab is up) and ``${params.NAME}``; ``$${`` stands for a literal ``${``.
+Every problem raises :class:`ScenarioError` with a one-line message naming the file.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+ENTITY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
+ENTITY_RULE = "letters, digits, '_', '-'; at most 32"
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+REF_RE = re.compile(r"\$\$\{|\$\{([^}]*)\}")
+
+TOP_KEYS = (
+    "name",
+    "duration_s",
+    "description",
+    "params",
+    "analysis",
+    "hosts",
+    "links",
+    "processes",
+)
+ANALYSIS_KEYS = ("unit_ms",)
+HOST_KEYS: tuple[str, ...] = ()
+LINK_KEYS = ("between",)
+PROCESS_KEYS = ("host", "pipeline", "env")
+HOST_ATTRS = ("addr",)
+
+
+class ScenarioError(ValueError):
+    """A scenario file is invalid; ``str()`` is one line: ``FILE: WHERE: PROBLEM``."""
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Analysis settings: ``unit_ms`` is the length of the audio unit followed."""
+
+    unit_ms: float = 10
+
+
+@dataclass(frozen=True)
+class Host:
+    """A host: in the lab, one network namespace."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Link:
+    """A point-to-point link (a veth pair in the lab) between two hosts."""
+
+    a: str
+    b: str
+
+    @property
+    def between(self) -> tuple[str, str]:
+        """The two hosts, in file order."""
+        return (self.a, self.b)
+
+
+@dataclass(frozen=True)
+class Process:
+    """A gst-launch-1.0 pipeline run on a host; ``pipeline`` and ``env`` are unresolved."""
+
+    name: str
+    host: str
+    pipeline: str
+    env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A parsed, validated scenario. Hosts and processes keep file order."""
+
+    name: str
+    duration_s: float
+    hosts: tuple[Host, ...]
+    links: tuple[Link, ...]
+    processes: tuple[Process, ...]
+    description: str = ""
+    params: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    analysis: Analysis = field(default_factory=Analysis)
+    source: str = "<scenario>"
+    text: str = ""
+
+    def host_names(self) -> list[str]:
+        """Host names in file order."""
+        return [h.name for h in self.hosts]
+
+    def process(self, name: str) -> Process:
+        """The process called ``name`` (KeyError if there is none)."""
+        for proc in self.processes:
+            if proc.name == name:
+                return proc
+        raise KeyError(name)
+
+    def with_params(self, overrides: Mapping[str, Any]) -> Scenario:
+        """A copy with some ``[params]`` values replaced (for sweeps); names must exist."""
+        unknown = sorted(set(overrides) - set(self.params))
+        if unknown:
+            known = ", ".join(sorted(self.params)) or "none"
+            raise ScenarioError(f"{self.source}: params: unknown '{unknown[0]}' (params: {known})")
+        merged = dict(self.params)
+        for key, value in overrides.items():
+            merged[key] = _param_str(value, f"params.{key}", self.source)
+        return replace(self, params=MappingProxyType(merged))
+
+    def resolve(self, text: str, addrs: Mapping[str, str]) -> str:
+        """Substitute ``${hosts.X.addr}`` (from ``addrs``) and ``${params.X}`` in ``text``."""
+        return substitute(text, lambda ref: _lookup(ref, self.params, addrs), self.source, "")
+
+    def resolved_pipeline(self, process: Process, addrs: Mapping[str, str]) -> str:
+        """The process's pipeline description with every reference substituted."""
+        return self.resolve(process.pipeline, addrs)
+
+    def resolved_env(self, process: Process, addrs: Mapping[str, str]) -> dict[str, str]:
+        """The process's extra environment with every reference substituted."""
+        return {k: self.resolve(v, addrs) for k, v in process.env.items()}
+
+
+def load_scenario(path: Path | str) -> Scenario:
+    """Read and validate a scenario file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"{path}: cannot read: {exc}") from None
+    return parse_scenario(text, str(path))
+
+
+def parse_scenario(text: str, source_name: str = "<scenario>") -> Scenario:
+    """Parse and validate scenario TOML ``text``; ``source_name`` prefixes error messages."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ScenarioError(f"{source_name}: TOML syntax error: {exc}") from None
+    return _Parser(source_name).scenario(data, text)
+
+
+def substitute(text: str, lookup: Callable[[str], str], source: str, where: str) -> str:
+    """Replace each ``${ref}`` in ``text`` by ``lookup(ref)``; ``$${`` yields ``${``.
+
+    ``lookup`` raises KeyError with a problem description for unknown references.
+    """
+
+    def repl(match: re.Match[str]) -> str:
+        if match.group(1) is None:
+            return "${"
+        try:
+            return lookup(match.group(1))
+        except KeyError as exc:
+            prefix = f"{source}: {where}: " if where else f"{source}: "
+            raise ScenarioError(prefix + exc.args[0]) from None
+
+    return REF_RE.sub(repl, text)
+
+
+def _lookup(ref: str, params: Mapping[str, str], addrs: Mapping[str, str]) -> str:
+    """Value of one reference (KeyError with the problem if it is unknown)."""
+    parts = ref.split(".")
+    if len(parts) == 2 and parts[0] == "params":
+        if parts[1] not in params:
+            known = ", ".join(sorted(params)) or "none"
+            raise KeyError(f"unknown reference '${{{ref}}}' (params: {known})")
+        return params[parts[1]]
+    if len(parts) == 3 and parts[0] == "hosts" and parts[2] in HOST_ATTRS:
+        if parts[1] not in addrs:
+            raise KeyError(f"unknown reference '${{{ref}}}' (hosts: {', '.join(sorted(addrs))})")
+        return addrs[parts[1]]
+    raise KeyError(
+        f"unknown reference '${{{ref}}}' (known forms: ${{hosts.NAME.addr}}, ${{params.NAME}})"
+    )
+
+
+def _param_str(value: Any, where: str, source: str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    raise ScenarioError(f"{source}: {where}: must be a string, number or boolean")
+
+
+class _Parser:
+    """Validates the decoded TOML table piece by piece."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, where: str, problem: str) -> ScenarioError:
+        prefix = f"{self.source}: {where}: " if where else f"{self.source}: "
+        return ScenarioError(prefix + problem)
+
+    def table(self, value: Any, where: str, known: tuple[str, ...]) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(where, f"must be a table, not {_kind(value)}")
+        for key in value:
+            if key not in known:
+                names = ", ".join(known) if known else "none"
+                raise self.fail(where, f"unknown key '{key}' (known: {names})")
+        return value
+
+    def required(self, table: dict[str, Any], key: str, where: str) -> Any:
+        if key not in table:
+            raise self.fail(where, f"missing '{key}'")
+        return table[key]
+
+    def string(self, value: Any, where: str) -> str:
+        if not isinstance(value, str):
+            raise self.fail(where, f"must be a string, not {_kind(value)}")
+        return value
+
+    def positive(self, value: Any, where: str) -> float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok or not value > 0 or value == float("inf"):
+            raise self.fail(where, f"must be a positive number, not {value!r}")
+        return value
+
+    def ident(self, value: str, where: str, pattern: re.Pattern[str], rule: str) -> str:
+        if not pattern.match(value):
+            raise self.fail(where, f"invalid name '{value}' ({rule})")
+        return value
+
+    def scenario(self, data: dict[str, Any], text: str) -> Scenario:
+        self.table(data, "", TOP_KEYS)
+        name = self.string(self.required(data, "name", ""), "name")
+        self.ident(name, "name", NAME_RE, "letters, digits, '.', '_', '-'; at most 64")
+        duration = self.positive(self.required(data, "duration_s", ""), "duration_s")
+        description = self.string(data.get("description", ""), "description")
+        params = self.params(data.get("params", {}))
+        analysis = self.analysis(data.get("analysis", {}))
+        hosts = self.hosts(data.get("hosts", {}))
+        names = [h.name for h in hosts]
+        links = self.links(data.get("links", []), names)
+        processes = self.processes(self.required(data, "processes", ""), names, params)
+        return Scenario(
+            name=name,
+            duration_s=duration,
+            hosts=hosts,
+            links=links,
+            processes=processes,
+            description=description,
+            params=MappingProxyType(params),
+            analysis=analysis,
+            source=self.source,
+            text=text,
+        )
+
+    def params(self, value: Any) -> dict[str, str]:
+        table = self.table(value, "params", tuple(value) if isinstance(value, dict) else ())
+        out = {}
+        for key, item in table.items():
+            self.ident(key, f"params.{key}", ENTITY_RE, ENTITY_RULE)
+            out[key] = _param_str(item, f"params.{key}", self.source)
+        return out
+
+    def analysis(self, value: Any) -> Analysis:
+        table = self.table(value, "analysis", ANALYSIS_KEYS)
+        if "unit_ms" not in table:
+            return Analysis()
+        return Analysis(unit_ms=self.positive(table["unit_ms"], "analysis.unit_ms"))
+
+    def hosts(self, value: Any) -> tuple[Host, ...]:
+        table = self.table(value, "hosts", tuple(value) if isinstance(value, dict) else ())
+        if not table:
+            raise self.fail("hosts", "at least one host is needed (e.g. [hosts.tx])")
+        out = []
+        for name, item in table.items():
+            where = f"hosts.{name}"
+            self.ident(name, where, ENTITY_RE, ENTITY_RULE)
+            self.table(item, where, HOST_KEYS)
+            out.append(Host(name=name))
+        return tuple(out)
+
+    def links(self, value: Any, hosts: list[str]) -> tuple[Link, ...]:
+        if not isinstance(value, list):
+            raise self.fail("links", "must be an array of tables ([[links]])")
+        return tuple(self.link(item, f"links[{i}]", hosts) for i, item in enumerate(value))
+
+    def link(self, value: Any, where: str, hosts: list[str]) -> Link:
+        table = self.table(value, where, LINK_KEYS)
+        between = self.required(table, "between", where)
+        ok = isinstance(between, list) and len(between) == 2
+        if not ok or not all(isinstance(h, str) for h in between):
+            raise self.fail(f"{where}.between", 'must be two host names, e.g. ["tx", "rx"]')
+        for host in between:
+            if host not in hosts:
+                known = ", ".join(sorted(hosts))
+                raise self.fail(f"{where}.between", f"unknown host '{host}' (hosts: {known})")
+        if between[0] == between[1]:
+            raise self.fail(f"{where}.between", f"links host '{between[0]}' with itself")
+        return Link(a=between[0], b=between[1])
+
+    def processes(self, value: Any, hosts: list[str], params: dict[str, str]) -> tuple:
+        table = self.table(value, "processes", tuple(value) if isinstance(value, dict) else ())
+        if not table:
+            raise self.fail("processes", "at least one process is needed")
+        return tuple(self.process(n, item, hosts, params) for n, item in table.items())
+
+    def process(self, name: str, value: Any, hosts: list[str], params: dict) -> Process:
+        where = f"processes.{name}"
+        self.ident(name, where, ENTITY_RE, ENTITY_RULE)
+        table = self.table(value, where, PROCESS_KEYS)
+        host = self.string(self.required(table, "host", where), f"{where}.host")
+        if host not in hosts:
+            known = ", ".join(sorted(hosts))
+            raise self.fail(f"{where}.host", f"unknown host '{host}' (hosts: {known})")
+        pipeline = self.string(self.required(table, "pipeline", where), f"{where}.pipeline")
+        if not pipeline.strip():
+            raise self.fail(f"{where}.pipeline", "is empty")
+        self.check_refs(pipeline, f"{where}.pipeline", hosts, params)
+        env = self.env(table.get("env", {}), f"{where}.env", hosts, params)
+        return Process(name=name, host=host, pipeline=pipeline, env=MappingProxyType(env))
+
+    def env(self, value: Any, where: str, hosts: list[str], params: dict) -> dict[str, str]:
+        table = self.table(value, where, tuple(value) if isinstance(value, dict) else ())
+        out = {}
+        for key, item in table.items():
+            if not ENV_KEY_RE.match(key):
+                raise self.fail(where, f"invalid environment variable name '{key}'")
+            text = _param_str(item, f"{where}.{key}", self.source)
+            self.check_refs(text, f"{where}.{key}", hosts, params)
+            out[key] = text
+        return out
+
+    def check_refs(self, text: str, where: str, hosts: list[str], params: dict) -> None:
+        placeholder = dict.fromkeys(hosts, "0.0.0.0")
+        substitute(text, lambda ref: _lookup(ref, params, placeholder), self.source, where)
+
+
+def _kind(value: Any) -> str:
+    """Name of a TOML value's type, for messages."""
+    kinds = {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}
+    kinds |= {list: "an array", dict: "a table"}
+    return kinds.get(type(value), type(value).__name__)
