@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import tomllib
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +17,15 @@ EVENTS_FILE = "events.parquet"
 
 
 def run_metadata(run_dir: Path) -> dict[str, Any]:
-    """run.json of a run directory, or a minimal stand-in for bare trace directories."""
+    """run.json of a run directory (plus the scenario's unit), or a stand-in for bare traces."""
     meta_path = run_dir / "run.json"
-    if meta_path.is_file():
-        return json.loads(meta_path.read_text())
-    return {"name": run_dir.name}
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {"name": run_dir.name}
+    scenario_path = run_dir / "scenario.toml"
+    if "unit_ms" not in meta and scenario_path.is_file():
+        with suppress(tomllib.TOMLDecodeError, OSError):
+            analysis = tomllib.loads(scenario_path.read_text()).get("analysis", {})
+            meta["unit_ms"] = float(analysis.get("unit_ms", 10.0))
+    return meta
 
 
 def analyze_run(

@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 
 from latlab.errors import USER_ERRORS
+from latlab.lab.signals import Terminated
 
 app = typer.Typer(
     name="latlab",
@@ -43,7 +44,7 @@ def run(
 
     spec = load_scenario(scenario)
     run_scenario(spec, out, progress=progress)
-    summary, _, _ = analyze_run(out, unit_ms or spec.unit_ms)
+    summary, _, _ = analyze_run(out, unit_ms or spec.analysis.unit_ms)
     render_summary(summary, console)
     console.print(f"[dim]summary: {out / 'summary.json'}[/dim]")
 
@@ -114,5 +115,8 @@ def main() -> None:
         err_console.print(f"latlab: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        err_console.print("latlab: interrupted", highlight=False)
+        err_console.print("latlab: interrupted; what was measured is kept", highlight=False)
         sys.exit(130)
+    except Terminated:
+        err_console.print("latlab: terminated; what was measured is kept", highlight=False)
+        sys.exit(143)
