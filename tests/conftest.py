@@ -1,0 +1,43 @@
+"""Shared helpers for the end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from latlab.lab.runner import run_scenario
+from latlab.lab.scenario import parse_scenario
+from latlab.pipeline import analyze_run
+
+RunScenario = Callable[..., dict[str, Any]]
+
+
+@pytest.fixture()
+def run_and_analyze(tmp_path: Path) -> RunScenario:
+    """Run a scenario given as TOML text (with optional param overrides); return summary.json."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+
+    def run(text: str, tag: str = "run", **params: Any) -> dict[str, Any]:
+        scenario = parse_scenario(text, f"{tag}.toml")
+        if params:
+            scenario = scenario.with_params(params)
+        out = tmp_path / tag
+        run_scenario(scenario, out, progress=False)
+        summary, _, _ = analyze_run(out, scenario.analysis.unit_ms)
+        return summary
+
+    return run
+
+
+def segment(summary: dict[str, Any], to_probe_suffix: str, stream: int = 0) -> dict[str, Any]:
+    """The segment of a stream that ends at the probe whose name ends with the suffix."""
+    matches = [
+        s for s in summary["streams"][stream]["segments"] if s["to"].endswith(to_probe_suffix)
+    ]
+    assert len(matches) == 1, [s["to"] for s in summary["streams"][stream]["segments"]]
+    return matches[0]

@@ -1,0 +1,90 @@
+"""Planted delays on real GStreamer pipelines land in the right segment.
+
+Each test runs the same two-host scenario twice, without and with a delay
+whose size is known (a queue's min-threshold-time, identity's sleep-time, a
+jitter buffer's latency, a payload time), and checks that the segment where it
+was planted grew by that much at p50 (within 0.3 ms). Differences cancel what
+the pipeline itself costs, which no test could know in advance.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import RunScenario, segment
+
+pytestmark = pytest.mark.e2e
+
+CAPS = "application/x-rtp,media=audio,clock-rate=48000,encoding-name=L16,channels=2,payload=96"
+TOLERANCE_MS = 0.3
+
+SCENARIO = f"""
+name = "planted"
+duration_s = 3
+[params]
+rx_extra = "identity"
+tx_extra = "identity"
+jb_latency = "20"
+ptime_ns = "10000000"
+[hosts.tx]
+[hosts.rx]
+[[links]]
+between = ["tx", "rx"]
+[processes.receiver]
+host = "rx"
+pipeline = "udpsrc port=5004 caps=\\"{CAPS}\\" ! rtpjitterbuffer latency=${{params.jb_latency}} ! rtpL16depay ! ${{params.rx_extra}} ! fakesink sync=true"
+[processes.sender]
+host = "tx"
+pipeline = "audiotestsrc is-live=true samplesperbuffer=480 ! audio/x-raw,rate=48000,channels=2 ! ${{params.tx_extra}} ! rtpL16pay mtu=9000 min-ptime=${{params.ptime_ns}} max-ptime=${{params.ptime_ns}} ! udpsink host=${{hosts.rx.addr}} port=5004"
+"""
+
+QUEUE = "queue max-size-time=0 max-size-buffers=0 max-size-bytes=0 min-threshold-time={}"
+
+
+def _grew(base: dict, planted: dict, probe: str, stat: str = "p50_ms") -> float:
+    return segment(planted, probe)[stat] - segment(base, probe)[stat]
+
+
+def test_queue_min_threshold_lands_in_the_queue(run_and_analyze: RunScenario) -> None:
+    base = run_and_analyze(SCENARIO, "base", rx_extra=QUEUE.format(0))
+    planted = run_and_analyze(SCENARIO, "planted", rx_extra=QUEUE.format(30_000_000))
+    assert segment(planted, "queue0:src")["kind"] == "queue"
+    assert _grew(base, planted, "queue0:src") == pytest.approx(30.0, abs=TOLERANCE_MS)
+
+
+def test_identity_sleep_lands_in_identity(run_and_analyze: RunScenario) -> None:
+    base = run_and_analyze(SCENARIO, "base", tx_extra="identity")
+    planted = run_and_analyze(SCENARIO, "planted", tx_extra="identity sleep-time=7000")
+    assert segment(planted, "sender/identity0:src")["kind"] == "processing"
+    assert _grew(base, planted, "sender/identity0:src") == pytest.approx(7.0, abs=TOLERANCE_MS)
+
+
+def test_jitterbuffer_latency_lands_in_the_jitterbuffer(run_and_analyze: RunScenario) -> None:
+    base = run_and_analyze(SCENARIO, "base", jb_latency="20")
+    planted = run_and_analyze(SCENARIO, "planted", jb_latency="50")
+    assert segment(planted, "rtpjitterbuffer0:src")["kind"] == "jitterbuffer"
+    assert _grew(base, planted, "rtpjitterbuffer0:src") == pytest.approx(30.0, abs=TOLERANCE_MS)
+
+
+def test_payload_time_lands_in_the_payloader(run_and_analyze: RunScenario) -> None:
+    """With 10 ms buffers and 40 ms packets, units wait 30, 20, 10 and 0 ms: 15 ms more."""
+    base = run_and_analyze(SCENARIO, "base", ptime_ns="10000000")
+    planted = run_and_analyze(SCENARIO, "planted", ptime_ns="40000000")
+    assert _grew(base, planted, "rtpl16pay0:src", "mean_ms") == pytest.approx(
+        15.0, abs=TOLERANCE_MS
+    )
+    assert _grew(base, planted, "rtpl16pay0:src", "max_ms") == pytest.approx(30.0, abs=1.0)
+
+
+def test_segment_means_add_up_and_nothing_is_lost(run_and_analyze: RunScenario) -> None:
+    summary = run_and_analyze(SCENARIO, "plain")
+    (stream,) = summary["streams"]
+    total = sum(s["mean_ms"] for s in stream["segments"])
+    assert total == pytest.approx(stream["end_to_end"]["mean_ms"], abs=0.01)
+    assert stream["lost"] == 0 and stream["late"] == 0
+    assert stream["complete_units"] == stream["units"] > 250
+    assert stream["probes"][0] == "sender/audiotestsrc0:capture"
+    assert stream["probes"][-1] == "receiver/fakesink0:sink"
+    kinds = [s["kind"] for s in stream["segments"]]
+    assert kinds[0] == "capture" and kinds[-1] == "playout"
+    assert "network" in kinds and "jitterbuffer" in kinds
