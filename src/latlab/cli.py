@@ -35,6 +35,9 @@ def run(
     out: OutDir,
     unit_ms: UnitMs = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    duration: Annotated[
+        float | None, typer.Option("--duration", help="Override the scenario's duration_s.")
+    ] = None,
 ) -> None:
     """Run a scenario: hosts as namespaces, processes traced; then print the per-stage table."""
     from latlab.lab.runner import run_scenario
@@ -43,6 +46,8 @@ def run(
     from latlab.report.table import render_summary
 
     spec = load_scenario(scenario)
+    if duration is not None:
+        spec = spec.with_duration(duration)
     run_scenario(spec, out, progress=progress)
     summary, _, _ = analyze_run(out, unit_ms or spec.analysis.unit_ms)
     render_summary(summary, console)

@@ -137,6 +137,12 @@ class Scenario:
             merged[key] = _param_str(value, f"params.{key}", self.source)
         return replace(self, params=MappingProxyType(merged))
 
+    def with_duration(self, duration_s: float) -> Scenario:
+        """A copy that runs for ``duration_s`` seconds (must be positive)."""
+        if not duration_s > 0:
+            raise ScenarioError(f"{self.source}: duration_s: must be a positive number of seconds")
+        return replace(self, duration_s=float(duration_s))
+
     def resolve(self, text: str, addrs: Mapping[str, str]) -> str:
         """Substitute ``${hosts.X.addr}`` (from ``addrs``) and ``${params.X}`` in ``text``."""
         return substitute(text, lambda ref: _lookup(ref, self.params, addrs), self.source, "")

@@ -44,7 +44,9 @@ def build_summary(
 
 
 def _stats(seg: SegmentStats) -> dict[str, Any]:
-    return {k: _finite(seg.stats[k]) for k in STAT_KEYS}
+    stats: dict[str, Any] = {k: _finite(seg.stats[k]) for k in STAT_KEYS}
+    stats["negative"] = int((seg.values_ns < 0).sum())  # units seen downstream first
+    return stats
 
 
 def _finite(value: float | int) -> float | int | None:

@@ -49,6 +49,11 @@ def stage_table(stream: dict[str, Any]) -> Table:
         )
         previous = seg["to"]
     e2e = stream["end_to_end"]
+    negative = [seg for seg in stream["segments"] if seg.get("negative")]
+    if negative:
+        table.caption = "; ".join(
+            f"{seg['negative']} units reached {seg['to']} before {seg['from']}" for seg in negative
+        )
     table.add_section()
     table.add_row(
         "",
