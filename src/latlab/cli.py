@@ -48,7 +48,11 @@ def run(
     spec = load_scenario(scenario)
     if duration is not None:
         spec = spec.with_duration(duration)
-    run_scenario(spec, out, progress=progress)
+    try:
+        run_scenario(spec, out, progress=progress)
+    except (KeyboardInterrupt, Terminated):
+        err_console.print(f"latlab: stopped; traces so far are in {out} (latlab report {out})")
+        raise
     summary, _, _ = analyze_run(out, unit_ms or spec.analysis.unit_ms)
     render_summary(summary, console)
     console.print(f"[dim]summary: {out / 'summary.json'}[/dim]")
@@ -120,8 +124,8 @@ def main() -> None:
         err_console.print(f"latlab: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
-        err_console.print("latlab: interrupted; what was measured is kept", highlight=False)
+        err_console.print("latlab: interrupted", highlight=False)
         sys.exit(130)
     except Terminated:
-        err_console.print("latlab: terminated; what was measured is kept", highlight=False)
+        err_console.print("latlab: terminated", highlight=False)
         sys.exit(143)

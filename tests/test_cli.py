@@ -1,0 +1,92 @@
+"""The command line as a user meets it: one-line errors, exit codes, record and report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+LATLAB = str(REPO / "latlab")
+
+
+def latlab(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run(
+        [LATLAB, *args], capture_output=True, text=True, env=env, cwd=cwd, check=False, timeout=120
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr + result.stdout
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_malformed_scenario_names_file_and_key(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        'name = "x"\nduration_s = 1\n[hosts.a]\n[processes.p]\nhost = "a"\npipline = "x"\n'
+    )
+    line = one_line_error(latlab("run", str(bad), "--out", str(tmp_path / "out")))
+    assert str(bad) in line and "unknown key 'pipline'" in line
+
+
+def test_unknown_host_is_named(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        'name = "x"\nduration_s = 1\n[hosts.a]\n[processes.p]\nhost = "b"\npipeline = "fakesrc ! fakesink"\n'
+    )
+    line = one_line_error(latlab("run", str(bad), "--out", str(tmp_path / "out")))
+    assert "unknown host 'b'" in line
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+def test_pipeline_that_fails_to_start_shows_its_stderr(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        'name = "x"\nduration_s = 2\n[hosts.a]\n[processes.p]\nhost = "a"\npipeline = "audiotestsrc ! nosuchelement ! fakesink"\n'
+    )
+    out = tmp_path / "out"
+    line = one_line_error(latlab("run", str(bad), "--out", str(out)))
+    assert "'p'" in line and 'no element "nosuchelement"' in line
+    assert (out / "logs" / "p.stderr").is_file() and (out / "run.json").is_file()
+
+
+def test_report_without_traces(tmp_path: Path) -> None:
+    line = one_line_error(latlab("report", str(tmp_path)))
+    assert str(tmp_path) in line and "no trace files" in line
+
+
+@pytest.mark.e2e
+def test_record_any_gstreamer_command_then_report_json(tmp_path: Path) -> None:
+    out = tmp_path / "rec"
+    result = latlab(
+        "record", "--out", str(out), "--", "gst-launch-1.0", "-q", "audiotestsrc", "is-live=true",
+        "num-buffers=100", "!", "queue", "!", "identity", "name=planted", "sleep-time=2000",
+        "!", "fakesink", "sync=true",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "end to end" in result.stdout and "planted:src" in result.stdout
+    report = latlab("report", str(out), "--json")
+    summary = json.loads(report.stdout)
+    assert summary == json.loads((out / "summary.json").read_text())
+    (stream,) = summary["streams"]
+    planted = [s for s in stream["segments"] if s["to"].endswith("/planted:src")]
+    assert planted and planted[0]["p50_ms"] == pytest.approx(2.0, abs=0.3)
+    assert (out / "events.parquet").is_file()
+
+
+def test_print_env_loads_the_tracer(tmp_path: Path) -> None:
+    result = latlab("record", "--print-env", "--out", str(tmp_path))
+    assert result.returncode == 0
+    script = result.stdout + "\nenv\n"
+    env = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    assert "GST_TRACERS=latlab" in env
+    assert f"LATLAB_TRACE_DIR={tmp_path}/traces" in env
