@@ -20,6 +20,12 @@ def latlab(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     )
 
 
+def scenario_text(host: str, pipeline: str, key: str = "pipeline") -> str:
+    """A one-process scenario."""
+    head = 'name = "x"\nduration_s = 2\n[hosts.a]\n[processes.p]\n'
+    return head + f'host = "{host}"\n{key} = "{pipeline}"\n'
+
+
 def one_line_error(result: subprocess.CompletedProcess) -> str:
     assert result.returncode != 0
     assert "Traceback" not in result.stderr + result.stdout
@@ -39,9 +45,7 @@ def test_malformed_scenario_names_file_and_key(tmp_path: Path) -> None:
 
 def test_unknown_host_is_named(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
-    bad.write_text(
-        'name = "x"\nduration_s = 1\n[hosts.a]\n[processes.p]\nhost = "b"\npipeline = "fakesrc ! fakesink"\n'
-    )
+    bad.write_text(scenario_text("b", "fakesrc ! fakesink"))
     line = one_line_error(latlab("run", str(bad), "--out", str(tmp_path / "out")))
     assert "unknown host 'b'" in line
 
@@ -50,9 +54,7 @@ def test_unknown_host_is_named(tmp_path: Path) -> None:
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 def test_pipeline_that_fails_to_start_shows_its_stderr(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
-    bad.write_text(
-        'name = "x"\nduration_s = 2\n[hosts.a]\n[processes.p]\nhost = "a"\npipeline = "audiotestsrc ! nosuchelement ! fakesink"\n'
-    )
+    bad.write_text(scenario_text("a", "audiotestsrc ! nosuchelement ! fakesink"))
     out = tmp_path / "out"
     line = one_line_error(latlab("run", str(bad), "--out", str(out)))
     assert "'p'" in line and 'no element "nosuchelement"' in line
