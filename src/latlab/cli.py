@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -23,7 +24,6 @@ app = typer.Typer(
 console = Console()
 err_console = Console(stderr=True)
 
-OutDir = Annotated[Path, typer.Option("--out", "-o", help="Run directory to write.")]
 UnitMs = Annotated[
     float | None, typer.Option("--unit-ms", help="Unit of media followed, in ms (default 10).")
 ]
@@ -32,7 +32,10 @@ UnitMs = Annotated[
 @app.command()
 def run(
     scenario: Annotated[Path, typer.Argument(help="Scenario file (TOML).")],
-    out: OutDir,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Run directory to write (default: runs/NAME-TIME)."),
+    ] = None,
     unit_ms: UnitMs = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     duration: Annotated[
@@ -48,6 +51,7 @@ def run(
     spec = load_scenario(scenario)
     if duration is not None:
         spec = spec.with_duration(duration)
+    out = out or Path("runs") / f"{spec.name}-{datetime.now():%Y%m%d-%H%M%S}"
     try:
         run_scenario(spec, out, progress=progress)
     except (KeyboardInterrupt, Terminated):
@@ -119,7 +123,7 @@ def report(
 def main() -> None:
     """Entry point: user mistakes become one line on stderr and a non-zero exit."""
     try:
-        app()
+        app(prog_name="latlab")
     except USER_ERRORS as exc:
         err_console.print(f"latlab: error: {exc}", highlight=False, markup=False, soft_wrap=True)
         sys.exit(2)
