@@ -21,6 +21,7 @@ pytestmark = [
 
 SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("*.toml"))
 STATS = ("count", "min_ms", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms")
+SEND_RETURN_MS = 0.5
 KINDS = {"capture", "processing", "queue", "network", "jitterbuffer", "playout", "other"}
 
 
@@ -61,9 +62,12 @@ def test_shipped_scenario_runs(path: Path, tmp_path: Path) -> None:
     for seg in stream["segments"]:
         if seg["kind"] in ("processing", "queue", "jitterbuffer", "playout"):
             assert seg["min_ms"] >= 0, f"negative segment {seg['from']} -> {seg['to']}"
+        elif seg["kind"] == "network":
+            # A network sink's render time is when its send call returned; the receiver
+            # often reads the packet before that (docs/architecture.md, known limits).
+            assert seg["p50_ms"] >= -SEND_RETURN_MS, f"{seg['from']} -> {seg['to']}"
         else:
-            # A network sink's render time is when its send call returned, which can
-            # come after the receiver read the packet; audiotestsrc pushes a buffer at
-            # its PTS, before the later units in it are "captured". Rare, not typical.
+            # audiotestsrc pushes a buffer at its PTS, before later units in it are
+            # "captured": rare with 10 ms buffers, never typical.
             assert seg["p50_ms"] >= 0, f"negative segment {seg['from']} -> {seg['to']}"
     assert not [ns for ns in list_namespaces() if ns.startswith(f"llab-{os.getpid()}-")]
