@@ -7,11 +7,12 @@ means add up to the end-to-end mean.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from latlab.analysis.stats import describe, distribution_table
+from latlab.analysis.stats import Samples
 from latlab.ingest.events import EventTable
 from latlab.stitch.journeys import Journeys, build_journeys
 from latlab.stitch.position import MISSING
@@ -49,27 +50,30 @@ def analyze(table: EventTable, unit_ms: float = 10.0) -> list[StreamAnalysis]:
 
 
 def _analyze_stream(journeys: Journeys, cadence: dict[str, dict]) -> StreamAnalysis:
-    times = journeys.times[journeys.complete]
+    complete = journeys.complete
+    times = [journeys.times[complete, j] for j in range(journeys.times.shape[1])]
     names = journeys.probe_names
-    deltas = np.diff(times, axis=1)
     segments = [
-        _segment(names[i], names[i + 1], journeys.segment_kinds[i], deltas[:, i])
+        _segment(names[i], names[i + 1], journeys.segment_kinds[i], times[i + 1] - times[i])
         for i in range(len(names) - 1)
     ]
-    e2e = _segment(names[0], names[-1], "end_to_end", times[:, -1] - times[:, 0])
+    e2e = _segment(names[0], names[-1], "end_to_end", times[-1] - times[0])
     path_cadence = {n: cadence[n] for n in names if n in cadence}
     return StreamAnalysis(journeys, segments, e2e, path_cadence, _handoffs(journeys))
 
 
 def _segment(a: str, b: str, kind: str, values: np.ndarray) -> SegmentStats:
-    return SegmentStats(a, b, kind, describe(values), distribution_table(values), values)
+    samples = Samples(values)
+    return SegmentStats(a, b, kind, samples.describe(), samples.distribution_table(), values)
 
 
 def _handoffs(journeys: Journeys) -> dict[str, float | int | list]:
     """Thread hand-offs per journey: consecutive probes seen on different threads."""
-    threads = journeys.threads[journeys.complete]
-    known = (threads[:, 1:] != MISSING) & (threads[:, :-1] != MISSING)
-    changes = np.sum(known & (threads[:, 1:] != threads[:, :-1]), axis=1)
+    complete = journeys.complete
+    threads = [journeys.threads[complete, j] for j in range(journeys.threads.shape[1])]
+    changes = np.zeros(int(complete.sum()), np.int64)
+    for before, after in itertools.pairwise(threads):
+        changes += (before != MISSING) & (after != MISSING) & (before != after)
     if len(changes) == 0:
         return {"mean": 0.0, "min": 0, "max": 0, "table": []}
     counts = np.bincount(changes)
@@ -93,13 +97,18 @@ def probe_cadence(table: EventTable) -> dict[str, dict]:
     """
     out: dict[str, dict] = {}
     for p in table.probes:
-        times = np.sort(table.probe_column(p.index, "t_ns"))
+        times = table.probe_column(p.index, "t_ns")
+        if not np.all(times[1:] >= times[:-1]):
+            times = np.sort(times)
         intervals = np.diff(times)
         intervals = intervals[intervals > 0]  # buffers of one list share a time
         if len(intervals) == 0:
             continue
-        stats = describe(intervals)
-        median_ns = np.median(intervals)
-        stats["irregular"] = int(np.sum(intervals > IRREGULAR_FACTOR * median_ns))
+        samples = Samples(intervals)
+        stats = samples.describe()
+        limit = IRREGULAR_FACTOR * samples.median_ns()
+        stats["irregular"] = len(intervals) - int(
+            np.searchsorted(samples.sorted_ns, limit, "right")
+        )
         out[p.name] = stats
     return out

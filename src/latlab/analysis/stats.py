@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 PERCENTILES = {"p50_ms": 50.0, "p90_ms": 90.0, "p99_ms": 99.0, "p999_ms": 99.9}
+BUCKET_RANGE = (0.1, 99.9)  # percentiles the distribution tables span
 NS_PER_MS = 1e6
 NICE_STEPS_MS = (
     0.01,
@@ -34,32 +35,76 @@ NICE_STEPS_MS = (
 )
 
 
+class Samples:
+    """Nanosecond samples sorted once; their statistics and buckets are read off the sorted copy.
+
+    Every figure equals what numpy gives on the samples as they came (the mean
+    is summed in their own order).
+    """
+
+    def __init__(self, values_ns: np.ndarray) -> None:
+        values_ns = np.asarray(values_ns)
+        self.count = len(values_ns)
+        self.mean_ms = float(_to_ms(values_ns).mean()) if self.count else math.nan
+        self.sorted_ns = np.sort(values_ns)
+        self.sorted_ms = _to_ms(self.sorted_ns)
+        quantiles = [*PERCENTILES.values(), *BUCKET_RANGE]
+        pct = np.percentile(self.sorted_ms, quantiles) if self.count else [math.nan] * 6
+        self.percentiles = dict(zip(quantiles, (float(v) for v in pct), strict=True))
+
+    def median_ns(self) -> float:
+        """The median in ns, as ``np.median`` gives it (the mean of the middle one or two)."""
+        middle = self.count // 2
+        return float(np.median(self.sorted_ns[middle - 1 + self.count % 2 : middle + 1]))
+
+    def describe(self) -> dict[str, float | int]:
+        """count, min, mean, p50, p90, p99, p99.9 and max, in ms."""
+        if self.count == 0:
+            return _empty_description()
+        return {
+            "count": self.count,
+            "min_ms": float(self.sorted_ms[0]),
+            "mean_ms": self.mean_ms,
+            **{k: self.percentiles[q] for k, q in PERCENTILES.items()},
+            "max_ms": float(self.sorted_ms[-1]),
+        }
+
+    def distribution_table(self, width_ms: float | None = None) -> list[dict]:
+        """Buckets of the distribution (see ``distribution_table``)."""
+        if self.count == 0:
+            return []
+        lo, hi = (self.percentiles[q] for q in BUCKET_RANGE)
+        return _buckets(self.sorted_ms, lo, hi, width_ms or _nice_width(lo, hi))
+
+
+def _to_ms(values_ns: np.ndarray) -> np.ndarray:
+    return np.asarray(values_ns, dtype=np.float64) / NS_PER_MS
+
+
+def _empty_description() -> dict[str, float | int]:
+    return {
+        "count": 0,
+        "min_ms": math.nan,
+        "mean_ms": math.nan,
+        **{k: math.nan for k in PERCENTILES},
+        "max_ms": math.nan,
+    }
+
+
 def describe(values_ns: np.ndarray) -> dict[str, float | int]:
     """count, min, mean, p50, p90, p99, p99.9 and max of nanosecond samples, in ms."""
-    values = np.asarray(values_ns, dtype=np.float64) / NS_PER_MS
-    if len(values) == 0:
-        return {
-            "count": 0,
-            "min_ms": math.nan,
-            "mean_ms": math.nan,
-            **{k: math.nan for k in PERCENTILES},
-            "max_ms": math.nan,
-        }
-    pct = np.percentile(values, list(PERCENTILES.values()))
-    return {
-        "count": len(values),
-        "min_ms": float(values.min()),
-        "mean_ms": float(values.mean()),
-        **{k: float(v) for k, v in zip(PERCENTILES, pct, strict=True)},
-        "max_ms": float(values.max()),
-    }
+    return Samples(values_ns).describe()
 
 
 def bucket_width_ms(values_ms: np.ndarray, target_buckets: int = 16) -> float:
     """A round bucket width giving about ``target_buckets`` buckets over p0.1..p99.9."""
     if len(values_ms) == 0:
         return 1.0
-    lo, hi = np.percentile(values_ms, [0.1, 99.9])
+    lo, hi = np.percentile(values_ms, BUCKET_RANGE)
+    return _nice_width(lo, hi, target_buckets)
+
+
+def _nice_width(lo: float, hi: float, target_buckets: int = 16) -> float:
     span = max(hi - lo, 1e-9)
     for step in NICE_STEPS_MS:
         if span / step <= target_buckets:
@@ -74,11 +119,11 @@ def distribution_table(values_ns: np.ndarray, width_ms: float | None = None) -> 
     gaps show. Outliers beyond p99.9 are gathered in a last bucket whose ``hi_ms``
     is the maximum (and whose ``open`` is true); those below p0.1 join the first.
     """
-    values = np.asarray(values_ns, dtype=np.float64) / NS_PER_MS
-    if len(values) == 0:
-        return []
-    width = width_ms or bucket_width_ms(values)
-    lo, hi = np.percentile(values, [0.1, 99.9])
+    return Samples(values_ns).distribution_table(width_ms)
+
+
+def _buckets(values: np.ndarray, lo: float, hi: float, width: float) -> list[dict]:
+    """Bucket rows of ms samples between the percentiles ``lo`` and ``hi``."""
     first, last = int(np.floor(lo / width)), int(np.floor(hi / width))
     index = np.clip(np.floor(values / width).astype(np.int64), first, last + 1) - first
     counts = np.bincount(index, minlength=last - first + 2)

@@ -9,6 +9,8 @@ host the process ran on; ``clock_domain`` names that clock per process.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,7 +100,7 @@ class EventTable:
     duration) are -1.
     """
 
-    parts: list[dict[str, np.ndarray]]
+    parts: list[ProcessColumns]
     probes: list[Probe]
     processes: list[ProcessTrace]
     bounds: np.ndarray  # per probe: [start, stop) within its process's part
@@ -147,18 +149,20 @@ def find_traces(run_dir: Path) -> list[Path]:
     return sorted(trace_dir.glob("*.lltrace"))
 
 
+READ_WORKERS = 2  # files read at once; each holds two copies of its events while grouping them
+
+
 def load_traces(paths: list[Path]) -> EventTable:
-    """Read and combine trace files, one at a time. Raises TraceError if none is usable."""
+    """Read and combine trace files, a few at once. Raises TraceError if none is usable."""
     builder = _TableBuilder()
     errors: list[str] = []
-    for path in paths:
-        try:
-            trace = read_trace(path)
-        except TraceError as exc:
-            errors.append(str(exc))
-            continue
-        builder.add(trace)
-        del trace
+    with ThreadPoolExecutor(max_workers=READ_WORKERS) as pool:
+        for grouped in pool.map(_read_grouped, paths):
+            if isinstance(grouped, TraceError):
+                errors.append(str(grouped))
+            else:
+                builder.add(grouped)
+            del grouped
     if not builder.processes:
         raise TraceError(errors[0] if errors else "no trace files found")
     table = builder.build()
@@ -169,6 +173,42 @@ def load_traces(paths: list[Path]) -> EventTable:
     return table
 
 
+@dataclass
+class _GroupedTrace:
+    """A trace whose events are grouped by (pad, kind): the process's probes, in order."""
+
+    trace: Trace  # its events are grouped
+    codes: np.ndarray  # per probe: pad_id * 2 + (kind == done), ascending
+    counts: np.ndarray  # events per probe
+
+
+def _read_grouped(path: Path) -> _GroupedTrace | TraceError:
+    """Read a trace and group its events by probe (a stable radix sort)."""
+    try:
+        trace = read_trace(path)
+    except TraceError as exc:
+        return exc
+    ev = trace.events
+    kind = ev["kind"]
+    codes = ev["pad_id"].astype(np.int64)
+    codes *= 2
+    codes += kind == Kind.DONE
+    counts = np.bincount(codes[kind != Kind.EOS])
+    probe_codes = np.flatnonzero(counts)
+    # An EOS event joins its pad's push probe, or no probe (-1) if the pad pushed nothing.
+    lookup = np.full(len(counts) + 1, -1, np.int16)
+    lookup[probe_codes] = np.arange(len(probe_codes), dtype=np.int16)
+    probe = lookup[np.minimum(codes, len(counts))]
+    del codes
+    order = np.argsort(probe, kind="stable")  # a radix sort on int16
+    order = order[np.count_nonzero(probe < 0) :]  # events of no probe sort first (-1)
+    # Gather whole records as rows of eight-byte words: one fast pass instead of one per field.
+    words = ev.view(np.uint64).reshape(-1, EVENT_DTYPE.itemsize // 8)
+    trace.events = np.take(words, order, axis=0).view(EVENT_DTYPE).reshape(-1)
+    counts = np.bincount(probe[probe >= 0], minlength=len(probe_codes))
+    return _GroupedTrace(trace, probe_codes, counts)
+
+
 class _TableBuilder:
     """Accumulates per-process columns; probes are numbered in the order they are met."""
 
@@ -176,10 +216,11 @@ class _TableBuilder:
         self.probes: list[Probe] = []
         self.processes: list[ProcessTrace] = []
         self.threads: list[tuple[int, int, str]] = []
-        self.parts: list[dict[str, np.ndarray]] = []
+        self.parts: list[ProcessColumns] = []
         self.names: list[str] = []
 
-    def add(self, trace: Trace) -> None:
+    def add(self, grouped: _GroupedTrace) -> None:
+        trace = grouped.trace
         index = len(self.processes)
         name = trace.process
         if name in self.names:
@@ -199,15 +240,35 @@ class _TableBuilder:
                 list(trace.problems),
             )
         )
-        thread_base = len(self.threads)
+        first_probe = len(self.probes)
+        self._add_probes(trace, grouped.codes, index, name)
+        counts = np.zeros(len(self.probes), np.int64)
+        counts[first_probe:] = grouped.counts
+        self.parts.append(ProcessColumns(trace.events, index, counts, self._thread_lookup(trace)))
+
+    def _add_probes(self, trace: Trace, codes: np.ndarray, proc: int, proc_name: str) -> None:
+        first_caps = _first_caps(trace)
+        for code in codes:
+            pad_id, probe_kind = divmod(int(code), 2)
+            info = trace.pads.get(pad_id) or PadInfo(pad_id, 1, 0, f"pad{pad_id}", "src", *[""] * 6)
+            probe = _make_probe(
+                len(self.probes), proc, proc_name, info, Kind(probe_kind), first_caps
+            )
+            self.probes.append(probe)
+
+    def _thread_lookup(self, trace: Trace) -> np.ndarray:
+        """Global thread index of each of the trace's thread indices (-1 if unknown)."""
         thread_ids = sorted(trace.threads)
-        self.threads.extend((index, *trace.threads[i]) for i in thread_ids)
-        self.parts.append(_columns(trace, index, name, self.probes, thread_base, thread_ids))
+        lookup = np.full(max(thread_ids, default=0) + 2, -1, np.int32)
+        lookup[thread_ids] = len(self.threads) + np.arange(len(thread_ids), dtype=np.int32)
+        self.threads.extend((len(self.processes) - 1, *trace.threads[i]) for i in thread_ids)
+        return lookup
 
     def build(self) -> EventTable:
         bounds = np.zeros((len(self.probes), 2), np.int64)
         for part in self.parts:
-            counts = np.bincount(part["probe"], minlength=len(self.probes))
+            counts = np.zeros(len(self.probes), np.int64)
+            counts[: len(part.counts)] = part.counts
             stops = np.cumsum(counts)
             present = counts > 0
             bounds[present, 0] = (stops - counts)[present]
@@ -215,51 +276,67 @@ class _TableBuilder:
         return EventTable(self.parts, self.probes, self.processes, bounds, self.threads)
 
 
-def _columns(
-    trace: Trace,
-    proc: int,
-    proc_name: str,
-    probes: list[Probe],
-    thread_base: int,
-    thread_ids: list[int],
-) -> dict[str, np.ndarray]:
-    """One process's events as columns, grouped by probe (a stable radix sort)."""
-    ev = trace.events
-    kind = ev["kind"]
-    codes = ev["pad_id"].astype(np.int64) * 2 + (kind == Kind.DONE)
-    lookup = np.full(int(codes.max(initial=0)) + 1, -1, np.int16)
-    first_caps = _first_caps(trace)
-    for code in np.flatnonzero(np.bincount(codes[kind != Kind.EOS])):
-        pad_id, probe_kind = divmod(int(code), 2)
-        info = trace.pads.get(pad_id) or PadInfo(pad_id, 1, 0, f"pad{pad_id}", "src", *[""] * 6)
-        lookup[code] = len(probes)
-        probes.append(_make_probe(len(probes), proc, proc_name, info, Kind(probe_kind), first_caps))
-    probe = lookup[codes]
-    order = np.argsort(probe, kind="stable")  # a radix sort on int16
-    order = order[np.count_nonzero(probe < 0) :]  # EOS records sort first (probe -1)
-    # Gather whole records as rows of eight-byte words: one fast pass instead of one per field.
-    words = ev.view(np.uint64).reshape(-1, EVENT_DTYPE.itemsize // 8)
-    ev = np.take(words, order, axis=0).view(EVENT_DTYPE).reshape(-1)
-    thread_lookup = np.full(max(thread_ids, default=0) + 2, -1, np.int32)
-    thread_lookup[thread_ids] = thread_base + np.arange(len(thread_ids), dtype=np.int32)
-    flags = ev["event_flags"]
-    return {
-        "process": np.full(len(ev), proc, np.int16),
-        "probe": probe[order],
-        "t_ns": ev["t_ns"].view(np.int64),
-        "pts": ev["pts"].view(np.int64),  # none (all ones) reads as -1
-        "duration": ev["duration"].view(np.int64),
-        "size": ev["size"],
-        "buffer_flags": ev["buffer_flags"],
-        "is_rtp": (flags & EventFlag.RTP) != 0,
-        "ssrc": ev["rtp_ssrc"],
-        "seq": ev["rtp_seq"],
-        "rtp_ts": ev["rtp_ts"],
-        "pt": ev["rtp_pt"] & 0x7F,
-        "marker": (flags & EventFlag.MARKER) != 0,
-        "kind": ev["kind"],
-        "thread": thread_lookup[np.minimum(ev["thread_idx"], len(thread_lookup) - 1)],
-    }
+class ProcessColumns(Mapping[str, np.ndarray]):
+    """One process's events grouped by probe, as read-only columns made on first use.
+
+    Record fields are views of the grouped records; derived columns (flags,
+    threads, probe numbers) are computed when first asked for and kept.
+    """
+
+    def __init__(
+        self, records: np.ndarray, process: int, counts: np.ndarray, thread_lookup: np.ndarray
+    ) -> None:
+        self.records = records
+        self.process = process
+        self.counts = counts  # events per probe (all probes of the table so far)
+        self.thread_lookup = thread_lookup
+        self._cache: dict[str, np.ndarray] = {}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        if name not in self._cache:
+            if name not in COLUMNS:
+                raise KeyError(name)
+            self._cache[name] = self._make(name)
+        return self._cache[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(COLUMNS)
+
+    def __len__(self) -> int:
+        return len(COLUMNS)
+
+    def _make(self, name: str) -> np.ndarray:
+        ev = self.records
+        if name in _RECORD_FIELDS:
+            column = ev[_RECORD_FIELDS[name]]
+            return column.view(np.int64) if column.dtype == np.uint64 else column
+        if name == "is_rtp":
+            return (ev["event_flags"] & EventFlag.RTP) != 0
+        if name == "marker":
+            return (ev["event_flags"] & EventFlag.MARKER) != 0
+        if name == "pt":
+            return ev["rtp_pt"] & 0x7F
+        if name == "thread":
+            lookup = self.thread_lookup
+            return lookup[np.minimum(ev["thread_idx"], len(lookup) - 1)]
+        if name == "process":
+            return np.full(len(ev), self.process, np.int16)
+        # name == "probe"
+        return np.repeat(np.arange(len(self.counts), dtype=np.int16), self.counts)
+
+
+# Columns that are record fields as they are (times read as int64: none is -1).
+_RECORD_FIELDS = {
+    "t_ns": "t_ns",
+    "pts": "pts",
+    "duration": "duration",
+    "size": "size",
+    "buffer_flags": "buffer_flags",
+    "ssrc": "rtp_ssrc",
+    "seq": "rtp_seq",
+    "rtp_ts": "rtp_ts",
+    "kind": "kind",
+}
 
 
 def _first_caps(trace: Trace) -> dict[int, str]:

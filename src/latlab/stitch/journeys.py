@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -52,7 +53,7 @@ class Journeys:
     clock_domains: list[str]
     counts: dict[str, int] = field(default_factory=dict)
 
-    @property
+    @cached_property
     def complete(self) -> np.ndarray:
         """Units that passed every probe."""
         return np.all(self.times != MISSING, axis=1)
@@ -65,8 +66,7 @@ class _ProbeColumns:
         self.table = table
 
     def events(self, probe: int) -> ProbeEvents:
-        fields = ProbeEvents.__dataclass_fields__
-        return ProbeEvents(**{k: self.table.probe_column(probe, k) for k in fields})
+        return ProbeEvents(lambda name: self.table.probe_column(probe, name))
 
 
 def build_journeys(table: EventTable, unit_ms: float = 10.0) -> list[Journeys]:
@@ -90,19 +90,18 @@ def _stream_journeys(
         return None
     unit_start = _unit_grid(origin, unit_ns)
     unit_end = unit_start + unit_ns - 1
-    times = np.empty((len(unit_start), len(probes)), np.int64)
-    threads = np.empty((len(unit_start), len(probes)), np.int32)
-    for j, probe_ranges in enumerate(ranges):
-        times[:, j], threads[:, j] = first_covering(probe_ranges, unit_end)
+    passages = [first_covering(r, unit_end, unit_ns) for r in ranges]
+    times = [t for t, _ in passages]
+    threads = [thread for _, thread in passages]
     names = [p.name for p in probes]
     kinds = [_segment_kind(a, b) for a, b in itertools.pairwise(probes)]
-    capture = _capture_times(table, probes[0], unit_start, times[:, 0])
+    capture = _capture_times(table, probes[0], unit_start, times[0])
     if capture is not None:
-        times = np.column_stack([capture, times])
-        threads = np.column_stack([np.full(len(capture), MISSING, np.int32), threads])
+        times.insert(0, capture)
+        threads.insert(0, np.full(len(capture), MISSING, np.int32))
         names = [f"{names[0].rsplit(':', 1)[0]}:{CAPTURE}", *names]
         kinds = [CAPTURE, *kinds]
-    keep = _steady_window(times)
+    keep = _steady_window(times[-1])
     domains = [table.processes[p.process].clock_domain for p in probes]
     journeys = Journeys(
         stream_id=_stream_id(probes, path.ssrc),
@@ -112,8 +111,8 @@ def _stream_journeys(
         probe_names=names,
         segment_kinds=kinds,
         unit_start=unit_start[keep],
-        times=times[keep],
-        threads=threads[keep],
+        times=_matrix(times, keep),
+        threads=_matrix(threads, keep),
         clock_domains=domains,
     )
     journeys.counts = _packet_counts(probes, columns, path.ssrc, journeys, capture is not None)
@@ -157,17 +156,22 @@ def _unit_grid(origin: Ranges, unit_ns: int) -> np.ndarray:
     return first + unit_ns * np.arange(count, dtype=np.int64)
 
 
-def _steady_window(times: np.ndarray) -> np.ndarray:
+def _steady_window(last_probe: np.ndarray) -> slice:
     """Units between the first and the last that reached the final probe.
 
     Units before the receiver was ready or still in flight when the run stopped
     are left out; every loss in between counts.
     """
-    reached = np.flatnonzero(times[:, -1] != MISSING)
-    keep = np.zeros(len(times), bool)
-    if len(reached):
-        keep[reached[0] : reached[-1] + 1] = True
-    return keep
+    reached = np.flatnonzero(last_probe != MISSING)
+    return slice(reached[0], reached[-1] + 1) if len(reached) else slice(0, 0)
+
+
+def _matrix(columns: list[np.ndarray], rows: slice) -> np.ndarray:
+    """A (units, probes) matrix of the columns' rows, stored column by column."""
+    out = np.empty((len(columns[0][rows]), len(columns)), columns[0].dtype, order="F")
+    for j, column in enumerate(columns):
+        out[:, j] = column[rows]
+    return out
 
 
 def _capture_times(

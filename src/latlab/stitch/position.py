@@ -14,6 +14,7 @@ Every mapping is learned from observed events; nothing assumes a clock rate.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,24 +22,50 @@ import numpy as np
 MISSING = -1
 
 
-@dataclass
-class ProbeEvents:
-    """The events of one probe, as columns."""
+class _Column:
+    """A column of ``ProbeEvents``, fetched on first use."""
 
-    t_ns: np.ndarray
-    pts: np.ndarray
-    duration: np.ndarray
-    thread: np.ndarray
-    is_rtp: np.ndarray
-    ssrc: np.ndarray
-    seq: np.ndarray
-    rtp_ts: np.ndarray
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, events: ProbeEvents, owner: type | None = None) -> np.ndarray:
+        return events.column(self.name)
+
+
+class ProbeEvents:
+    """The events of one probe, as columns fetched on first use.
+
+    ``fetch(name)`` gives a column of all the probe's events; ``rows``, if
+    given, picks some of them (in order).
+    """
+
+    t_ns = _Column()
+    pts = _Column()
+    duration = _Column()
+    thread = _Column()
+    is_rtp = _Column()
+    ssrc = _Column()
+    seq = _Column()
+    rtp_ts = _Column()
+
+    def __init__(self, fetch: Callable[[str], np.ndarray], rows: np.ndarray | None = None) -> None:
+        self._fetch = fetch
+        self._rows = rows
+        self._columns: dict[str, np.ndarray] = {}
+
+    def column(self, name: str) -> np.ndarray:
+        """One column of the selected events."""
+        if name not in self._columns:
+            values = self._fetch(name)
+            self._columns[name] = values if self._rows is None else values[self._rows]
+        return self._columns[name]
 
     def select(self, mask: np.ndarray) -> ProbeEvents:
         """The events where ``mask`` is true."""
         if mask.all():
             return self
-        return ProbeEvents(**{k: v[mask] for k, v in self.__dict__.items()})
+        rows = np.flatnonzero(mask)
+        return ProbeEvents(self._fetch, rows if self._rows is None else self._rows[rows])
 
     def packet_keys(self) -> np.ndarray:
         """(sequence number, RTP timestamp) packed into one integer per packet."""
@@ -109,28 +136,33 @@ def learn_packet_table(ev: ProbeEvents, ssrc: int) -> PacketTable:
     return PacketTable(keys, start, end)
 
 
+def _lookup_packets(ev: ProbeEvents, table: PacketTable) -> tuple[np.ndarray, np.ndarray]:
+    """Each event's row in the packet table, and whether its packet is there at all."""
+    keys = ev.packet_keys()
+    idx = np.searchsorted(table.keys, keys)
+    if len(table.keys) == 0:
+        return idx, np.zeros(len(keys), bool)
+    np.minimum(idx, len(table.keys) - 1, out=idx)
+    return idx, table.keys[idx] == keys
+
+
 def rtp_ranges(ev: ProbeEvents, table: PacketTable, ssrc: int) -> Ranges:
     """Ranges of RTP packets, looked up in the packet table."""
     ev = ev.select(ev.is_rtp & (ev.ssrc == ssrc))
-    keys = ev.packet_keys()
-    idx = np.searchsorted(table.keys, keys)
-    idx_c = np.minimum(idx, max(len(table.keys) - 1, 0))
-    found = (idx < len(table.keys)) & (table.keys[idx_c] == keys) if len(table.keys) else idx < 0
-    return Ranges(
-        table.start[idx_c][found], table.end[idx_c][found], ev.t_ns[found], ev.thread[found]
-    )
+    idx, found = _lookup_packets(ev, table)
+    idx = idx[found]
+    return Ranges(table.start[idx], table.end[idx], ev.t_ns[found], ev.thread[found])
 
 
 def receiver_knots(ev: ProbeEvents, table: PacketTable, ssrc: int) -> tuple[np.ndarray, np.ndarray]:
     """Knots mapping a receiver's PTS to positions, from its RTP probe nearest the raw media."""
     ev = ev.select(ev.is_rtp & (ev.ssrc == ssrc) & (ev.pts >= 0))
-    ranges = rtp_ranges(ev, table, ssrc)
-    keys = ev.packet_keys()
-    found = np.isin(keys, table.keys)
+    idx, found = _lookup_packets(ev, table)
     recv_pts = ev.pts[found]
-    pos = ranges.start
-    order = np.argsort(recv_pts, kind="stable")
-    recv_pts, pos = recv_pts[order], pos[order]
+    pos = table.start[idx[found]]
+    if not _non_decreasing(recv_pts):
+        order = np.argsort(recv_pts, kind="stable")
+        recv_pts, pos = recv_pts[order], pos[order]
     first = np.concatenate([[True], recv_pts[1:] != recv_pts[:-1]])
     return recv_pts[first], pos[first]
 
@@ -143,9 +175,11 @@ def map_through_knots(pts: np.ndarray, knots_x: np.ndarray, knots_y: np.ndarray)
     kx = knots_x.astype(np.float64)
     ky = knots_y.astype(np.float64)
     y = np.interp(x, kx, ky)
-    y = np.where(x < kx[0], ky[0] + (x - kx[0]), y)
-    y = np.where(x > kx[-1], ky[-1] + (x - kx[-1]), y)
-    return np.rint(y).astype(np.int64)
+    below = np.flatnonzero(x < kx[0])
+    y[below] = ky[0] + (x[below] - kx[0])
+    above = np.flatnonzero(x > kx[-1])
+    y[above] = ky[-1] + (x[above] - kx[-1])
+    return np.rint(y, out=y).astype(np.int64)
 
 
 def mapped_ranges(ev: ProbeEvents, knots: tuple[np.ndarray, np.ndarray]) -> Ranges:
@@ -164,15 +198,18 @@ def _non_decreasing(values: np.ndarray) -> bool:
     return bool(np.all(values[1:] >= values[:-1]))
 
 
-def first_covering(ranges: Ranges, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def first_covering(
+    ranges: Ranges, positions: np.ndarray, grid_step: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """For each position, the time (and thread) of the earliest event whose range covers it.
 
-    Returns ``(t_ns, thread)`` with MISSING where no event covers the position.
+    ``positions`` are sorted; ``grid_step``, if given, says they are evenly
+    spaced by that many ns (which makes the search linear). Returns
+    ``(t_ns, thread)`` with MISSING where no event covers the position.
     """
-    t_out = np.full(len(positions), MISSING, np.int64)
-    thr_out = np.full(len(positions), MISSING, np.int32)
-    if len(ranges.start) == 0:
-        return t_out, thr_out
+    if len(ranges.start) == 0 or len(positions) == 0:
+        missing = np.full(len(positions), MISSING, np.int64)
+        return missing, missing.astype(np.int32)
     start, end, t_ns, thread = ranges.start, ranges.end, ranges.t_ns, ranges.thread
     if not (_non_decreasing(start) and _non_decreasing(t_ns)):  # else already in order
         order = np.lexsort((t_ns, start))
@@ -180,9 +217,23 @@ def first_covering(ranges: Ranges, positions: np.ndarray) -> tuple[np.ndarray, n
     first = np.flatnonzero(np.concatenate([[True], start[1:] != start[:-1]]))
     start_u = start[first]  # the earliest event of each distinct start
     end_u = np.maximum.reduceat(end, first)
-    idx = np.searchsorted(start_u, positions, side="right") - 1
-    idx_c = np.maximum(idx, 0)
-    covered = (idx >= 0) & (positions < end_u[idx_c])
-    t_out[covered] = t_ns[first][idx_c[covered]]
-    thr_out[covered] = thread[first][idx_c[covered]]
+    idx = _count_at_or_below(start_u, positions, grid_step) - 1
+    covered = idx >= 0
+    np.maximum(idx, 0, out=idx)
+    covered &= positions < end_u[idx]
+    t_out = np.where(covered, t_ns[first][idx], MISSING)
+    thr_out = np.where(covered, thread[first][idx], np.int32(MISSING))
     return t_out, thr_out
+
+
+def _count_at_or_below(
+    sorted_values: np.ndarray, positions: np.ndarray, grid_step: int | None
+) -> np.ndarray:
+    """For each sorted position, how many of the sorted values are <= it."""
+    if grid_step is None:
+        return np.searchsorted(sorted_values, positions, side="right")
+    # The first grid position at or above each value: ceil((value - p0) / step).
+    first_at_or_above = -((positions[0] - sorted_values) // grid_step)
+    np.clip(first_at_or_above, 0, len(positions), out=first_at_or_above)
+    counts = np.bincount(first_at_or_above, minlength=len(positions) + 1)[:-1]
+    return np.cumsum(counts)
