@@ -95,6 +95,19 @@ def cadence_table(stream: dict[str, Any]) -> Table:
     return table
 
 
+def where_time_goes(stream: dict[str, Any], top: int = 4) -> str:
+    """The segments that carry most of the mean end-to-end latency, with their shares."""
+    total = stream["end_to_end"]["mean_ms"]
+    if not total or total <= 0:
+        return ""
+    ranked = sorted(stream["segments"], key=lambda s: s["mean_ms"] or 0.0, reverse=True)
+    return " · ".join(
+        f"{seg['to'].rsplit('/', 1)[-1]} ({seg['kind']}) {seg['mean_ms'] / total:.0%}"
+        for seg in ranked[:top]
+        if seg["mean_ms"] and seg["mean_ms"] / total >= 0.01
+    )
+
+
 def render_summary(
     summary: dict[str, Any],
     console: Console,
@@ -107,6 +120,9 @@ def render_summary(
         console.print("[yellow]no stream found in the traces[/yellow]")
     for stream in summary["streams"]:
         parts: list[Any] = [stage_table(stream)]
+        shares = where_time_goes(stream)
+        if shares:
+            parts.append(Text(f"where the time goes (share of the mean): {shares}"))
         handoffs = stream["thread_handoffs"]
         parts.append(
             Text(
