@@ -14,6 +14,7 @@ import numpy as np
 
 from latlab.analysis.stats import Samples
 from latlab.ingest.events import EventTable
+from latlab.ingest.workers import in_background, parallel_map
 from latlab.stitch.journeys import Journeys, build_journeys
 from latlab.stitch.position import MISSING
 
@@ -45,19 +46,23 @@ class StreamAnalysis:
 
 def analyze(table: EventTable, unit_ms: float = 10.0) -> list[StreamAnalysis]:
     """Stitch journeys and compute the statistics of every stream of a run."""
-    cadence = probe_cadence(table)
-    return [_analyze_stream(j, cadence) for j in build_journeys(table, unit_ms)]
+    cadence = in_background(lambda: probe_cadence(table))
+    journeys = build_journeys(table, unit_ms)
+    return [_analyze_stream(j, cadence()) for j in journeys]
 
 
 def _analyze_stream(journeys: Journeys, cadence: dict[str, dict]) -> StreamAnalysis:
     complete = journeys.complete
     times = [journeys.times[complete, j] for j in range(journeys.times.shape[1])]
     names = journeys.probe_names
-    segments = [
-        _segment(names[i], names[i + 1], journeys.segment_kinds[i], times[i + 1] - times[i])
-        for i in range(len(names) - 1)
-    ]
-    e2e = _segment(names[0], names[-1], "end_to_end", times[-1] - times[0])
+    spans = [(i, i + 1, journeys.segment_kinds[i]) for i in range(len(names) - 1)]
+    spans.append((0, len(names) - 1, "end_to_end"))
+
+    def segment(span: tuple[int, int, str]) -> SegmentStats:
+        a, b, kind = span
+        return _segment(names[a], names[b], kind, times[b] - times[a])
+
+    *segments, e2e = parallel_map(segment, spans)
     path_cadence = {n: cadence[n] for n in names if n in cadence}
     return StreamAnalysis(journeys, segments, e2e, path_cadence, _handoffs(journeys))
 

@@ -9,8 +9,8 @@ host the process ran on; ``clock_domain`` names that clock per process.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,8 +18,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from latlab.ingest.trace_format import EVENT_DTYPE, EventFlag, Kind, PadFlag
-from latlab.ingest.trace_reader import ClockRecord, PadInfo, Trace, TraceError, read_trace
+from latlab.ingest.trace_format import EventFlag, Kind, PadFlag
+from latlab.ingest.trace_reader import ClockRecord, PadInfo, Trace, TraceError, open_trace
+from latlab.ingest.workers import parallel_map
 
 
 @dataclass
@@ -149,20 +150,18 @@ def find_traces(run_dir: Path) -> list[Path]:
     return sorted(trace_dir.glob("*.lltrace"))
 
 
-READ_WORKERS = 2  # files read at once; each holds two copies of its events while grouping them
+READ_WORKERS = 2  # files read at once (each maps its file and holds a grouped copy)
 
 
 def load_traces(paths: list[Path]) -> EventTable:
-    """Read and combine trace files, a few at once. Raises TraceError if none is usable."""
+    """Read and combine trace files, two at once. Raises TraceError if none is usable."""
     builder = _TableBuilder()
     errors: list[str] = []
-    with ThreadPoolExecutor(max_workers=READ_WORKERS) as pool:
-        for grouped in pool.map(_read_grouped, paths):
-            if isinstance(grouped, TraceError):
-                errors.append(str(grouped))
-            else:
-                builder.add(grouped)
-            del grouped
+    for grouped in parallel_map(_read_grouped, paths, READ_WORKERS):
+        if isinstance(grouped, TraceError):
+            errors.append(str(grouped))
+        else:
+            builder.add(grouped)
     if not builder.processes:
         raise TraceError(errors[0] if errors else "no trace files found")
     table = builder.build()
@@ -175,7 +174,7 @@ def load_traces(paths: list[Path]) -> EventTable:
 
 @dataclass
 class _GroupedTrace:
-    """A trace whose events are grouped by (pad, kind): the process's probes, in order."""
+    """A trace whose events are grouped by probe: by (pad, kind), in that order."""
 
     trace: Trace  # its events are grouped
     codes: np.ndarray  # per probe: pad_id * 2 + (kind == done), ascending
@@ -183,30 +182,34 @@ class _GroupedTrace:
 
 
 def _read_grouped(path: Path) -> _GroupedTrace | TraceError:
-    """Read a trace and group its events by probe (a stable radix sort)."""
+    """Read a trace with its events grouped by probe (in file order within a probe)."""
     try:
-        trace = read_trace(path)
+        with open_trace(path) as (trace, records):
+            kind = records.field("kind")
+            codes = records.field("pad_id").astype(np.int64)
+            codes *= 2
+            codes += kind == Kind.DONE
+            probe_codes, probe = _probe_of_events(codes, kind == Kind.EOS)
+            del codes, kind
+            order = np.argsort(probe, kind="stable")  # a radix sort on int16
+            order = order[np.count_nonzero(probe < 0) :]  # events of no probe sort first (-1)
+            trace.events = records.gather(order)
     except TraceError as exc:
         return exc
-    ev = trace.events
-    kind = ev["kind"]
-    codes = ev["pad_id"].astype(np.int64)
-    codes *= 2
-    codes += kind == Kind.DONE
-    counts = np.bincount(codes[kind != Kind.EOS])
-    probe_codes = np.flatnonzero(counts)
-    # An EOS event joins its pad's push probe, or no probe (-1) if the pad pushed nothing.
-    lookup = np.full(len(counts) + 1, -1, np.int16)
-    lookup[probe_codes] = np.arange(len(probe_codes), dtype=np.int16)
-    probe = lookup[np.minimum(codes, len(counts))]
-    del codes
-    order = np.argsort(probe, kind="stable")  # a radix sort on int16
-    order = order[np.count_nonzero(probe < 0) :]  # events of no probe sort first (-1)
-    # Gather whole records as rows of eight-byte words: one fast pass instead of one per field.
-    words = ev.view(np.uint64).reshape(-1, EVENT_DTYPE.itemsize // 8)
-    trace.events = np.take(words, order, axis=0).view(EVENT_DTYPE).reshape(-1)
     counts = np.bincount(probe[probe >= 0], minlength=len(probe_codes))
     return _GroupedTrace(trace, probe_codes, counts)
+
+
+def _probe_of_events(codes: np.ndarray, is_eos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct probe codes (ascending), and each event's probe among them (int16).
+
+    An EOS event joins its pad's push probe, or no probe (-1) if the pad pushed nothing.
+    """
+    counts = np.bincount(codes[~is_eos])
+    probe_codes = np.flatnonzero(counts)
+    lookup = np.full(len(counts) + 1, -1, np.int16)
+    lookup[probe_codes] = np.arange(len(probe_codes), dtype=np.int16)
+    return probe_codes, lookup[np.minimum(codes, len(counts))]
 
 
 class _TableBuilder:
@@ -291,13 +294,15 @@ class ProcessColumns(Mapping[str, np.ndarray]):
         self.counts = counts  # events per probe (all probes of the table so far)
         self.thread_lookup = thread_lookup
         self._cache: dict[str, np.ndarray] = {}
+        self._lock = threading.Lock()  # analysis threads may ask for a column at once
 
     def __getitem__(self, name: str) -> np.ndarray:
-        if name not in self._cache:
-            if name not in COLUMNS:
-                raise KeyError(name)
-            self._cache[name] = self._make(name)
-        return self._cache[name]
+        if name not in COLUMNS:
+            raise KeyError(name)
+        with self._lock:
+            if name not in self._cache:
+                self._cache[name] = self._make(name)
+            return self._cache[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(COLUMNS)

@@ -2,15 +2,19 @@
 
 The reader is defensive: a truncated or partly corrupt file yields everything
 that was complete before the damage, and says what was lost in ``Trace.problems``.
+Files are memory-mapped: event records are gathered from where they lie, in
+whatever order the caller needs, without first copying the file.
 """
 
 from __future__ import annotations
 
+import mmap
 import os
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
 
@@ -108,27 +112,67 @@ class _Cursor:
 
 
 def read_trace(path: Path | str) -> Trace:
-    """Read a trace file; raises TraceError only when nothing in it can be used.
+    """Read a trace file; raises TraceError only when nothing in it can be used."""
+    with open_trace(path) as (trace, records):
+        trace.events = records.gather()
+    return trace
 
-    Event payloads are read straight into one preallocated record array, so
-    memory stays at about the size of the file.
+
+class EventRecords:
+    """The event records of a memory-mapped trace file, read where they lie.
+
+    Records sit in EVENTS chunks between chunk headers; ``offsets`` holds the
+    byte offset of each complete record, in file order.
+    """
+
+    def __init__(self, data: mmap.mmap | bytes, offsets: np.ndarray) -> None:
+        self.data = data
+        self.offsets = offsets
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def field(self, name: str) -> np.ndarray:
+        """One field of every record, in file order."""
+        dtype, offset = EVENT_DTYPE.fields[name][:2]
+        return self._at_every_byte(dtype, offset)[self.offsets]
+
+    def gather(self, rows: np.ndarray | None = None) -> np.ndarray:
+        """Whole records (those of ``rows`` in that order, else all) as one EVENT_DTYPE array."""
+        offsets = self.offsets if rows is None else self.offsets[rows]
+        return self._at_every_byte(np.dtype((np.void, RECORD_SIZE)))[offsets].view(EVENT_DTYPE)
+
+    def _at_every_byte(self, dtype: np.dtype, offset: int = 0) -> np.ndarray:
+        """A view whose element i is the value stored at byte ``i + offset`` of the file."""
+        count = max(len(self.data) - offset - dtype.itemsize + 1, 0)
+        return np.ndarray((count,), dtype, buffer=self.data, offset=offset, strides=(1,))
+
+
+@contextmanager
+def open_trace(path: Path | str) -> Iterator[tuple[Trace, EventRecords]]:
+    """A trace's metadata, read, and its event records, mapped (valid inside the block).
+
+    Raises TraceError only when nothing in the file can be used.
     """
     path = Path(path)
     try:
         with path.open("rb") as f:
             size = os.fstat(f.fileno()).st_size
-            head = f.read(HEADER_SIZE)
-            header = _read_header(path, head)
-            trace = Trace(
-                path=path, pid=int(header["pid"]), start_mono_ns=int(header["start_mono_ns"])
-            )
-            f.seek(int(header["header_size"]))
-            trace.events = _read_chunks(trace, f, size)
+            header = _read_header(path, f.read(HEADER_SIZE))
+            data = mmap.mmap(f.fileno(), size, flags=_MAP_FLAGS, prot=mmap.PROT_READ)
     except OSError as exc:
         raise TraceError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
+    trace = Trace(path=path, pid=int(header["pid"]), start_mono_ns=int(header["start_mono_ns"]))
+    records = EventRecords(data, _walk_chunks(trace, data, int(header["header_size"])))
     if not trace.complete and not trace.problems:
         trace.problems.append("no END record: the process did not close its trace cleanly")
-    return trace
+    try:
+        yield trace, records
+    finally:
+        data.close()
+
+
+_MAP_FLAGS = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)  # map the whole file at once
 
 
 def _read_header(path: Path, data: bytes) -> np.void:
@@ -146,38 +190,45 @@ def _read_header(path: Path, data: bytes) -> np.void:
     return header
 
 
-def _read_chunks(trace: Trace, f: BinaryIO, size: int) -> np.ndarray:
-    """Walk the chunks; return the events. Damage is recorded in trace.problems."""
-    records = np.empty(max(size - HEADER_SIZE, 0) // RECORD_SIZE, EVENT_DTYPE)
-    raw = memoryview(records.view(np.uint8))
-    count = 0
-    offset = f.tell()
+def _walk_chunks(trace: Trace, data: mmap.mmap, offset: int) -> np.ndarray:
+    """Apply the metadata chunks; return the byte offsets of the event records.
+
+    Damage is recorded in trace.problems.
+    """
+    size = len(data)
+    starts: list[int] = []
+    counts: list[int] = []
     while offset < size:
-        head = f.read(8)
-        if len(head) < 8:
+        if offset + 8 > size:
             trace.problems.append(f"truncated at byte {offset}: partial chunk header")
             break
-        ctype, length = struct.unpack("<II", head)
+        ctype, length = struct.unpack_from("<II", data, offset)
         if offset + 8 + length > size:
             trace.problems.append(
                 f"truncated at byte {offset}: chunk of {length} bytes, {size - offset - 8} present"
             )
             break
-        offset += 8 + length
+        body, offset = offset + 8, offset + 8 + length
         if ctype == Chunk.EVENTS:
-            usable = length - length % RECORD_SIZE
-            if usable != length:
-                trace.problems.append(f"corrupt EVENTS chunk at byte {offset - length - 8}")
-            f.readinto(raw[count * RECORD_SIZE : count * RECORD_SIZE + usable])
-            f.seek(length - usable, os.SEEK_CUR)
-            count += usable // RECORD_SIZE
+            if length % RECORD_SIZE:
+                trace.problems.append(f"corrupt EVENTS chunk at byte {body - 8}")
+            starts.append(body)
+            counts.append(length // RECORD_SIZE)
             continue
-        payload = f.read(length)
         try:
-            _apply_chunk(trace, ctype, memoryview(payload))
+            _apply_chunk(trace, ctype, memoryview(data[body:offset]))
         except (struct.error, UnicodeDecodeError):
-            trace.problems.append(f"corrupt chunk of type {ctype} at byte {offset - length - 8}")
-    return records[:count]
+            trace.problems.append(f"corrupt chunk of type {ctype} at byte {body - 8}")
+    return _record_offsets(np.array(starts, np.int64), np.array(counts, np.int64))
+
+
+def _record_offsets(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Byte offsets of every record, given each EVENTS chunk's first byte and record count."""
+    offsets = np.arange(int(counts.sum()), dtype=np.int64)
+    offsets *= RECORD_SIZE
+    first_row = np.cumsum(counts) - counts
+    offsets += np.repeat(starts - RECORD_SIZE * first_row, counts)
+    return offsets
 
 
 def _apply_chunk(trace: Trace, ctype: int, payload: memoryview) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from latlab.ingest.events import EventTable, Probe
 from latlab.ingest.trace_reader import ClockRecord
+from latlab.ingest.workers import parallel_map
 from latlab.stitch.paths import StreamPath, find_paths
 from latlab.stitch.position import (
     MISSING,
@@ -90,7 +91,7 @@ def _stream_journeys(
         return None
     unit_start = _unit_grid(origin, unit_ns)
     unit_end = unit_start + unit_ns - 1
-    passages = [first_covering(r, unit_end, unit_ns) for r in ranges]
+    passages = parallel_map(lambda r: first_covering(r, unit_end, unit_ns), ranges)
     times = [t for t, _ in passages]
     threads = [thread for _, thread in passages]
     names = [p.name for p in probes]

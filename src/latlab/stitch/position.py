@@ -214,15 +214,17 @@ def first_covering(
     if not (_non_decreasing(start) and _non_decreasing(t_ns)):  # else already in order
         order = np.lexsort((t_ns, start))
         start, end, t_ns, thread = start[order], end[order], t_ns[order], thread[order]
-    first = np.flatnonzero(np.concatenate([[True], start[1:] != start[:-1]]))
-    start_u = start[first]  # the earliest event of each distinct start
-    end_u = np.maximum.reduceat(end, first)
-    idx = _count_at_or_below(start_u, positions, grid_step) - 1
+    new_start = start[1:] != start[:-1]
+    if not new_start.all():  # keep the earliest event of each distinct start
+        first = np.flatnonzero(np.concatenate([[True], new_start]))
+        start, end = start[first], np.maximum.reduceat(end, first)
+        t_ns, thread = t_ns[first], thread[first]
+    idx = _count_at_or_below(start, positions, grid_step) - 1
     covered = idx >= 0
     np.maximum(idx, 0, out=idx)
-    covered &= positions < end_u[idx]
-    t_out = np.where(covered, t_ns[first][idx], MISSING)
-    thr_out = np.where(covered, thread[first][idx], np.int32(MISSING))
+    covered &= positions < end[idx]
+    t_out = np.where(covered, t_ns[idx], MISSING)
+    thr_out = np.where(covered, thread[idx], np.int32(MISSING))
     return t_out, thr_out
 
 
