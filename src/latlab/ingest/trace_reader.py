@@ -163,10 +163,10 @@ def open_trace(path: Path | str) -> Iterator[tuple[Trace, EventRecords]]:
     except OSError as exc:
         raise TraceError(f"{path}: cannot read trace: {exc.strerror or exc}") from None
     trace = Trace(path=path, pid=int(header["pid"]), start_mono_ns=int(header["start_mono_ns"]))
-    records = EventRecords(data, _walk_chunks(trace, data, int(header["header_size"])))
-    if not trace.complete and not trace.problems:
-        trace.problems.append("no END record: the process did not close its trace cleanly")
     try:
+        records = EventRecords(data, _walk_chunks(trace, data, int(header["header_size"])))
+        if not trace.complete and not trace.problems:
+            trace.problems.append("no END record: the process did not close its trace cleanly")
         yield trace, records
     finally:
         data.close()
