@@ -12,20 +12,12 @@ from pathlib import Path
 import pytest
 
 from latlab.lab.record import RecordError, print_env, record
-from latlab.tracer import TracerNotBuilt, tracer_env
+from latlab.tracer import is_built
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def tracer_built() -> bool:
-    try:
-        tracer_env("/tmp")
-    except TracerNotBuilt:
-        return False
-    return True
-
-
-TRACE = tracer_built()
+TRACE = is_built()
 
 
 def test_record_gst_launch(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ import pytest
 from latlab.lab.netns import list_namespaces
 from latlab.lab.runner import RunError, run_scenario
 from latlab.lab.scenario import Scenario, load_scenario, parse_scenario
-from latlab.tracer import TracerNotBuilt, tracer_env
+from latlab.tracer import is_built
 
 pytestmark = [
     pytest.mark.e2e,
@@ -27,15 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 CAPS = "application/x-rtp,media=audio,clock-rate=48000,encoding-name=L16,channels=2,payload=96"
 
 
-def tracer_built() -> bool:
-    try:
-        tracer_env("/tmp")
-    except TracerNotBuilt:
-        return False
-    return True
-
-
-TRACE = tracer_built()
+TRACE = is_built()
 
 
 SENDER = (

@@ -10,6 +10,7 @@ passed each probe, computed independently of latlab's stitching.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -186,32 +187,30 @@ def _write_in_time_order(w: TraceWriter, parts: list[np.ndarray], chunk: int = 1
         w.events(records[start : start + chunk])
 
 
+def _write_chain(w: TraceWriter, chain: list[tuple[str, str]]) -> None:
+    """PAD chunks for a linear chain of (element, factory), source first, sink last."""
+    for pad_id, ((name, factory), (peer, peer_factory)) in enumerate(pairwise(chain), 1):
+        flags = PadFlag.SRC
+        if pad_id == 1:
+            flags |= PadFlag.ELEMENT_IS_SOURCE
+        if pad_id == len(chain) - 1:
+            flags |= PadFlag.PEER_IS_SINK
+        w.pad(
+            pad_id, name, flags=flags, factory=factory, peer_element=peer, peer_factory=peer_factory
+        )
+
+
 def _write_sender(out_dir: Path, p: SyntheticRtpAudio, s: _Sender) -> None:
-    src = PadFlag.SRC
     with TraceWriter(out_dir / "sender-100.lltrace", pid=100) as w:
         w.info(process="sender", hostname="synthetic")
-        w.pad(
-            1,
-            "audiotestsrc0",
-            flags=src | PadFlag.ELEMENT_IS_SOURCE,
-            factory="audiotestsrc",
-            peer_element="capsfilter0",
-            peer_factory="capsfilter",
-        )
-        w.pad(
-            2,
-            "capsfilter0",
-            factory="capsfilter",
-            peer_element="rtpL16pay0",
-            peer_factory="rtpL16pay",
-        )
-        w.pad(
-            3,
-            "rtpL16pay0",
-            flags=src | PadFlag.PEER_IS_SINK,
-            factory="rtpL16pay",
-            peer_element="udpsink0",
-            peer_factory="udpsink",
+        _write_chain(
+            w,
+            [
+                ("audiotestsrc0", "audiotestsrc"),
+                ("capsfilter0", "capsfilter"),
+                ("rtpL16pay0", "rtpL16pay"),
+                ("udpsink0", "udpsink"),
+            ],
         )
         w.caps(1, 0, "audio/x-raw, format=(string)S16BE, rate=(int)48000, channels=(int)2")
         w.caps(3, 0, "application/x-rtp, media=(string)audio, clock-rate=(int)48000")
@@ -233,38 +232,17 @@ def _write_receiver(out_dir, p, s, arrivals, rel, jb, split) -> None:
     arr_idx, arr_t = arrivals
     recv_pts, jb_out, depay = jb
     split_pts, split_push, render = split
-    src = PadFlag.SRC
     with TraceWriter(out_dir / "receiver-200.lltrace", pid=200) as w:
         w.info(process="receiver", hostname="synthetic")
-        w.pad(
-            1,
-            "udpsrc0",
-            flags=src | PadFlag.ELEMENT_IS_SOURCE,
-            factory="udpsrc",
-            peer_element="rtpjitterbuffer0",
-            peer_factory="rtpjitterbuffer",
-        )
-        w.pad(
-            2,
-            "rtpjitterbuffer0",
-            factory="rtpjitterbuffer",
-            peer_element="rtpL16depay0",
-            peer_factory="rtpL16depay",
-        )
-        w.pad(
-            3,
-            "rtpL16depay0",
-            factory="rtpL16depay",
-            peer_element="split0",
-            peer_factory="audiobuffersplit",
-        )
-        w.pad(
-            4,
-            "split0",
-            flags=src | PadFlag.PEER_IS_SINK,
-            factory="audiobuffersplit",
-            peer_element="fakesink0",
-            peer_factory="fakesink",
+        _write_chain(
+            w,
+            [
+                ("udpsrc0", "udpsrc"),
+                ("rtpjitterbuffer0", "rtpjitterbuffer"),
+                ("rtpL16depay0", "rtpL16depay"),
+                ("split0", "audiobuffersplit"),
+                ("fakesink0", "fakesink"),
+            ],
         )
         w.caps(1, 0, "application/x-rtp, media=(string)audio, clock-rate=(int)48000")
         w.caps(3, 0, "audio/x-raw, rate=(int)48000, channels=(int)2")

@@ -26,6 +26,15 @@ def plugin_dir() -> Path:
     return directory
 
 
+def is_built() -> bool:
+    """Whether the tracer plugin is there to be loaded."""
+    try:
+        plugin_dir()
+    except TracerNotBuilt:
+        return False
+    return True
+
+
 def tracer_env(trace_dir: Path | str, process: str | None = None) -> dict[str, str]:
     """Environment variables that load the tracer into any GStreamer application.
 
