@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from latlab.analysis.segments import analyze
-from latlab.ingest.events import load_run
+from latlab.ingest.events import load_run, load_traces
+from latlab.ingest.link_events import link_trace
 from latlab.synthetic import MS, SyntheticRtpAudio, make_rtp_audio_run
 
 
@@ -86,3 +87,23 @@ def test_thread_handoffs_are_counted(tmp_path: Path) -> None:
     _, stream, _, _ = _stitch(tmp_path, SyntheticRtpAudio(units=500))
     # sender thread -> receiver udpsrc thread -> receiver jitterbuffer thread
     assert stream.handoffs["min"] == stream.handoffs["max"] == 2
+
+
+def test_an_emulated_link_becomes_two_probes_of_the_journey(tmp_path: Path) -> None:
+    params = SyntheticRtpAudio(units=2000, loss=0.02, duplicate=0.01, link_in_delay=60_000,
+                               network_delay=20 * MS, seed=5)  # fmt: skip
+    truth = make_rtp_audio_run(tmp_path, params)
+    link = link_trace(tmp_path / "links" / "tx-rx.lllink", truth.link_columns, {0: "tx->rx"})
+    (stream,) = analyze(load_traces(sorted(tmp_path.glob("*.lltrace")), extra=[link]))
+    journeys = stream.journeys
+    assert journeys.probe_names == truth.probe_names
+    first_unit = int(journeys.unit_start[0] // params.source_period)
+    expected = truth.truth[first_unit : first_unit + len(journeys.unit_start)]
+    np.testing.assert_array_equal(journeys.times, expected)
+    kinds = dict(zip(journeys.probe_names[1:], journeys.segment_kinds, strict=True))
+    assert kinds["link/tx->rx:in"] == kinds["link/tx->rx:out"] == "network"
+    lost_expected = int(np.sum((expected[:, 5] >= 0) & (expected[:, 7] < 0)))
+    assert journeys.counts["lost"] == lost_expected > 0
+    assert journeys.counts["late"] == 0
+    link_segment = next(s for s in stream.segments if s.to_probe == "link/tx->rx:out")
+    assert link_segment.stats["p50_ms"] > 19.0

@@ -9,7 +9,7 @@ passed each probe, computed independently of latlab's stitching.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
@@ -46,6 +46,8 @@ class SyntheticRtpAudio:
     reorder: float = 0.0
     seq_start: int = 65_000  # wraps within a few seconds
     seed: int = 1
+    link_in_delay: int = 0  # > 0: an emulated link logs each packet this long after the send
+    link_out_before: int = 40 * US  # ... and releases it this long before the receiver reads it
     sender_base: int = 1_000_000 * MS
     receiver_base: int = 999_000 * MS
 
@@ -61,7 +63,7 @@ class SyntheticResult:
     packets_duplicated: int
     packets_reordered: int
     events: int = 0
-    extra: dict = field(default_factory=dict)
+    link_columns: dict[str, np.ndarray] | None = None
 
 
 def _records(n: int) -> np.ndarray:
@@ -176,7 +178,42 @@ def make_rtp_audio_run(out_dir: Path, params: SyntheticRtpAudio | None = None) -
         + 2 * len(rel)
         + 2 * len(split_pts)
     )
-    return SyntheticResult(out_dir, names, truth, int((~kept).sum()), duplicated, reordered, events)
+    result = SyntheticResult(
+        out_dir, names, truth, int((~kept).sum()), duplicated, reordered, events
+    )
+    if p.link_in_delay:
+        link_in = s.pkt_done + p.link_in_delay
+        result.link_columns = _link_columns(p, s, link_in, (arr_idx, arr_t), kept)
+        link_out = np.where(first_arrival >= 0, first_arrival - p.link_out_before, -1)
+        m = (result.truth[:, 0] - p.sender_base) // p.ptime
+        at = names.index("sender/udpsink0:sink") + 1
+        result.truth = np.insert(result.truth, at, [link_in[m], link_out[m]], axis=1)
+        result.probe_names[at:at] = ["link/tx->rx:in", "link/tx->rx:out"]
+    return result
+
+
+def _link_columns(p, s, link_in, arrivals, kept) -> dict[str, np.ndarray]:
+    """What an emulated link between the hosts would log: every packet, its fate."""
+    arr_idx, arr_t = arrivals
+    copy = np.zeros(len(arr_idx), bool)
+    _, first = np.unique(arr_idx, return_index=True)
+    copy[np.setdiff1d(np.arange(len(arr_idx)), first)] = True
+    lost = np.flatnonzero(~kept)
+    packet = np.concatenate([arr_idx, lost])
+    verdict = np.concatenate([np.where(copy, 3, 0), np.ones(len(lost), np.int64)])
+    released = np.concatenate([arr_t - p.link_out_before, np.zeros(len(lost), np.int64)])
+    return {
+        "arrival_ns": link_in[packet],
+        "released_ns": released,
+        "direction": np.zeros(len(packet), np.int64),
+        "verdict": verdict,
+        "is_rtp": np.ones(len(packet), bool),
+        "ssrc": np.full(len(packet), SSRC, np.uint32),
+        "seq": (s.seq[packet] & 0xFFFF).astype(np.uint16),
+        "rtp_ts": (s.rtp_ts[packet] & 0xFFFFFFFF).astype(np.uint32),
+        "pt": np.full(len(packet), 96, np.uint8),
+        "size": np.full(len(packet), 1932, np.uint32),
+    }
 
 
 def _write_in_time_order(w: TraceWriter, parts: list[np.ndarray], chunk: int = 1024) -> None:

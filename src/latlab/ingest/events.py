@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +66,7 @@ class ProcessTrace:
     dropped: int
     complete: bool
     problems: list[str]
+    kind: str = "gstreamer"  # or "link": an emulated link's log
 
     @property
     def clock_domain(self) -> str:
@@ -153,9 +154,14 @@ def find_traces(run_dir: Path) -> list[Path]:
 READ_WORKERS = 2  # files read at once (each maps its file and holds a grouped copy)
 
 
-def load_traces(paths: list[Path]) -> EventTable:
-    """Read and combine trace files, two at once. Raises TraceError if none is usable."""
+def load_traces(paths: list[Path], extra: Sequence[Trace] = ()) -> EventTable:
+    """Read and combine trace files, two at once, and traces made in memory (``extra``).
+
+    Raises TraceError if none is usable.
+    """
     builder = _TableBuilder()
+    for trace in extra:
+        builder.add(group_in_memory(trace))
     errors: list[str] = []
     for grouped in parallel_map(_read_grouped, paths, READ_WORKERS):
         if isinstance(grouped, TraceError):
@@ -196,6 +202,16 @@ def _read_grouped(path: Path) -> _GroupedTrace | TraceError:
             trace.events = records.gather(order)
     except TraceError as exc:
         return exc
+    counts = np.bincount(probe[probe >= 0], minlength=len(probe_codes))
+    return _GroupedTrace(trace, probe_codes, counts)
+
+
+def group_in_memory(trace: Trace) -> _GroupedTrace:
+    """Group the events of a trace made in memory (e.g. from a link log) by probe."""
+    codes = trace.events["pad_id"].astype(np.int64) * 2 + (trace.events["kind"] == Kind.DONE)
+    probe_codes, probe = _probe_of_events(codes, trace.events["kind"] == Kind.EOS)
+    order = np.argsort(probe, kind="stable")
+    trace.events = trace.events[order[np.count_nonzero(probe < 0) :]]
     counts = np.bincount(probe[probe >= 0], minlength=len(probe_codes))
     return _GroupedTrace(trace, probe_codes, counts)
 
@@ -241,6 +257,7 @@ class _TableBuilder:
                 trace.dropped,
                 trace.complete,
                 list(trace.problems),
+                trace.info.get("kind", "gstreamer"),
             )
         )
         first_probe = len(self.probes)

@@ -116,7 +116,10 @@ def _stream_journeys(
         threads=_matrix(threads, keep),
         clock_domains=domains,
     )
-    journeys.counts = _packet_counts(probes, columns, path.ssrc, journeys, capture is not None)
+    links = {i for i, proc in enumerate(table.processes) if proc.kind == "link"}
+    journeys.counts = _packet_counts(
+        probes, columns, path.ssrc, journeys, capture is not None, links
+    )
     return journeys
 
 
@@ -212,6 +215,7 @@ def _clock_to_mono(clocks: list[ClockRecord], clock_times: np.ndarray) -> np.nda
 
 QUEUE_FACTORIES = {"queue", "queue2", "multiqueue"}
 NETWORK_SINKS = {
+    "latlab-linkemu",  # the emulated link's release of a packet
     "udpsink",
     "multiudpsink",
     "srtsink",
@@ -253,23 +257,27 @@ def _packet_counts(
     ssrc: int | None,
     journeys: Journeys,
     has_capture: bool,
+    link_processes: set[int],
 ) -> dict[str, int]:
-    """Lost and late units; duplicated and reordered packets at each network arrival."""
+    """Lost and late units; duplicated and reordered packets where each host received them.
+
+    A unit is lost when it left one host and never reached the next (whatever an
+    emulated link in between did); late when it reached a host but not its later
+    probes (e.g. a jitter buffer dropped it).
+    """
     offset = 1 if has_capture else 0
     present = journeys.times != MISSING
     lost = np.zeros(len(present), bool)
     late = np.zeros(len(present), bool)
     duplicated = reordered = 0
-    for j in range(1, len(probes)):
-        if probes[j].process == probes[j - 1].process:
+    hosts = [j for j, p in enumerate(probes) if p.process not in link_processes]
+    for before, j in itertools.pairwise(hosts):
+        if probes[j].process == probes[before].process:
             continue
-        col = j + offset
-        lost |= present[:, col - 1] & ~present[:, col]
-        same_process = [
-            k for k in range(j + 1, len(probes)) if probes[k].process == probes[j].process
-        ]
-        for k in same_process:
-            late |= present[:, col] & ~present[:, k + offset]
+        lost |= present[:, before + offset] & ~present[:, j + offset]
+        for k in hosts:
+            if k > j and probes[k].process == probes[j].process:
+                late |= present[:, j + offset] & ~present[:, k + offset]
         if ssrc is not None:
             arrivals = columns.events(probes[j].index)
             arrivals = arrivals.select(arrivals.is_rtp & (arrivals.ssrc == ssrc))

@@ -124,11 +124,21 @@ def _after_render(
 
 
 def _receivers(index: _Index, sender_process: int, ssrc: int) -> list[Probe]:
-    """Source pads in other processes that carried packets of ``ssrc``."""
-    return [
+    """The next hop of ``ssrc``'s packets: source pads in other processes that carried them.
+
+    From a host the next hop is the emulated link when one carried the packets;
+    from a link it is a host.
+    """
+    processes = index.table.processes
+    candidates = [
         p
         for p in index.table.probes
         if p.process != sender_process
         and p.element_is_source
         and ssrc in index.ssrcs.get(p.index, ())
     ]
+    from_link = processes[sender_process].kind == "link"
+    links = [p for p in candidates if processes[p.process].kind == "link"]
+    if from_link:
+        return [p for p in candidates if processes[p.process].kind != "link"]
+    return links or candidates
