@@ -108,7 +108,7 @@ def test_load_missing_file(tmp_path: Path) -> None:
         (
             'pipeline = "audiotestsrc',
             'pipline = "audiotestsrc',
-            "processes.sender: unknown key 'pipline' (known: host, pipeline, env)",
+            "processes.sender: unknown key 'pipline' (known: host, pipeline, env, command, sched)",
         ),
         ('host = "tx"', 'host = "tz"', "processes.sender.host: unknown host 'tz' (hosts: rx, tx)"),
         ("duration_s = 10", "duration_s = -1", "duration_s: must be a positive number"),

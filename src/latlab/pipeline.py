@@ -10,6 +10,7 @@ from typing import Any
 
 from latlab.analysis.segments import StreamAnalysis, analyze
 from latlab.ingest.events import EventTable, load_run
+from latlab.lab.resources import RESOURCES_FILE, summarize_resources
 from latlab.report.summary import build_summary, write_summary
 
 SUMMARY_FILE = "summary.json"
@@ -37,6 +38,13 @@ def analyze_run(
     table = load_run(run_dir)
     streams = analyze(table, unit)
     summary = build_summary(meta, table, streams)
+    resources = summarize_resources(
+        run_dir / RESOURCES_FILE,
+        meta.get("measure_start_monotonic_ns"),
+        meta.get("measure_end_monotonic_ns"),
+    )
+    if resources is not None:
+        summary["resources"] = resources
     if write:
         write_summary(summary, run_dir / SUMMARY_FILE)
         table.write_parquet(run_dir / EVENTS_FILE)

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -38,6 +38,7 @@ class ChildProcess:
     stderr_log: Path
     exited: threading.Event
     ready_marker: str = READY_MARKER
+    preexec: Callable[[], None] | None = None  # run in the child before exec (sched policy)
     popen: subprocess.Popen[str] | None = None
     started_ns: int | None = None
     ready_ns: int | None = None
@@ -61,6 +62,7 @@ class ChildProcess:
             text=True,
             errors="replace",
             start_new_session=True,
+            preexec_fn=self.preexec,
         )
         self._reader = threading.Thread(target=self._read_stdout, name=f"stdout-{self.name}")
         self._reader.daemon = True

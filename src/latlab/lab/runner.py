@@ -24,13 +24,27 @@ from typing import Any
 from latlab.lab import rundir
 from latlab.lab.netns import Lab, cleanup_stale
 from latlab.lab.process import ChildProcess
+from latlab.lab.resources import RESOURCES_FILE, ResourceSampler
 from latlab.lab.scenario import Process, Scenario
+from latlab.lab.sched import (
+    SchedError,
+    apply_deadline,
+    preexec,
+    reset_other,
+    thread_policies,
+    wait_threads_settled,
+)
 from latlab.lab.signals import Terminated, signals_deferred, sigterm_raises
 from latlab.tracer import tracer_env
 
 GST_LAUNCH = "gst-launch-1.0"
 READY_TIMEOUT_S = 10.0
 PROGRESS_TICK_S = 0.25
+# A ``command`` process is ready when it prints a line starting with this.
+COMMAND_READY_MARKER = "ready"
+REPO_ROOT = Path(__file__).resolve().parents[3]
+# Programs built by scripts/setup.sh, found by name as a command's first word.
+LATLAB_PROGRAMS = {"latlab-kuprobe": REPO_ROOT / "kuprobe/target/release/latlab-kuprobe"}
 
 
 class RunError(RuntimeError):
@@ -53,6 +67,16 @@ def gst_launch_argv(pipeline: str) -> list[str]:
     except ValueError as exc:
         raise RunError(f"cannot split pipeline into words: {exc}") from None
     return [GST_LAUNCH, "-e", *words]
+
+
+def command_argv(command: list[str]) -> list[str]:
+    """A command's argv with a latlab program's name replaced by its built binary."""
+    program = LATLAB_PROGRAMS.get(command[0])
+    if program is None:
+        return list(command)
+    if not program.is_file():
+        raise RunError(f"{program}: not built (run: bash scripts/setup.sh)")
+    return [str(program), *command[1:]]
 
 
 def process_env(
@@ -120,18 +144,23 @@ class _Run:
         self.measure_end_ns: int | None = None
         self.status = "running"
         self.error: str | None = None
+        self.sampler = ResourceSampler(out_dir / RESOURCES_FILE)
+        self.sched: dict[str, dict[str, Any]] = {}
 
     def execute(self) -> RunResult:
         with sigterm_raises():
             try:
                 with Lab.from_scenario(self.scenario) as lab:
                     self.lab = lab
+                    self.sampler.start()
                     try:
                         self._start_all()
                         self._wait_duration()
                         self.status = "ok"
                     finally:
+                        self._sched_at_stop()
                         self._stop_all()
+                        self.sampler.stop()
             except BaseException as exc:
                 self._record_failure(exc)
                 raise
@@ -159,24 +188,60 @@ class _Run:
             child = self._child(proc, addrs)
             self.children.append((proc, child))
             child.start(self._env(proc, addrs))
+            if child.pid is not None:
+                self.sampler.add(proc.name, child.pid)
             self._await_ready(child)
+            self._apply_sched(proc, child)
         self.measure_start_ns = time.monotonic_ns()
 
     def _child(self, proc: Process, addrs: dict[str, str]) -> ChildProcess:
         assert self.lab is not None
-        pipeline = self.scenario.resolved_pipeline(proc, addrs)
         try:
-            argv = gst_launch_argv(pipeline)
+            if proc.command:
+                argv = command_argv(self.scenario.resolved_command(proc, addrs))
+            else:
+                argv = gst_launch_argv(self.scenario.resolved_pipeline(proc, addrs))
         except RunError as exc:
             raise RunError(f"process '{proc.name}': {exc}") from None
         logs = self.out_dir / rundir.LOGS
-        return ChildProcess(
+        child = ChildProcess(
             name=proc.name,
             argv=self.lab.exec_argv(proc.host, argv),
             stdout_log=logs / f"{proc.name}.stdout",
             stderr_log=logs / f"{proc.name}.stderr",
             exited=self.exited,
+            preexec=preexec(proc.sched),
         )
+        if proc.command:
+            child.ready_marker = COMMAND_READY_MARKER
+        return child
+
+    def _apply_sched(self, proc: Process, child: ChildProcess) -> None:
+        """Apply SCHED_DEADLINE now (others were set before exec); record every thread's."""
+        if proc.sched is None or child.pid is None:
+            return
+        record: dict[str, Any] = {"requested": str(proc.sched)}
+        if proc.sched.at_exec:
+            record["applied"] = "before exec, inherited by every thread"
+        else:
+            record["settled_s"] = wait_threads_settled(child.pid)
+            try:
+                record["deadline_results"] = apply_deadline(child.pid, proc.sched)
+            except SchedError as exc:
+                raise RunError(f"process '{proc.name}': {exc}") from None
+            record["applied"] = (
+                "once ready and its threads settled, to each thread then in /proc/PID/task; "
+                "threads created later run with the default policy; reset to other before stop"
+            )
+        record["threads_at_ready"] = thread_policies(child.pid)
+        self.sched[proc.name] = record
+
+    def _sched_at_stop(self) -> None:
+        for proc, child in self.children:
+            if proc.name in self.sched and child.pid is not None:
+                self.sched[proc.name]["threads_at_stop"] = thread_policies(child.pid)
+                if proc.sched is not None and not proc.sched.at_exec:
+                    self.sched[proc.name]["reset_before_stop"] = reset_other(child.pid)
 
     def _env(self, proc: Process, addrs: dict[str, str]) -> dict[str, str]:
         tracing = tracer_env(self.out_dir / rundir.TRACES, proc.name) if self.trace else {}
@@ -193,7 +258,7 @@ class _Run:
             )
         raise RunError(
             f"process '{child.name}' not ready after {READY_TIMEOUT_S:g} s "
-            f"(no '{child.ready_marker}' from {GST_LAUNCH}): {child.stderr_summary()}"
+            f"(no '{child.ready_marker}' from {child.argv[4]}): {child.stderr_summary()}"
         )
 
     def _wait_duration(self) -> None:
@@ -262,6 +327,7 @@ class _Run:
             "host": proc.host,
             "argv": child.argv,
             **child.describe(origin),
+            "sched": self.sched.get(proc.name),
             "stdout": str(child.stdout_log.relative_to(self.out_dir)),
             "stderr": str(child.stderr_log.relative_to(self.out_dir)),
         }

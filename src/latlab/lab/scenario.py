@@ -36,6 +36,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from latlab.lab.sched import SchedPolicy, parse_sched
+
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 ENTITY_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 ENTITY_RULE = "letters, digits, '_', '-'; at most 32"
@@ -55,7 +57,7 @@ TOP_KEYS = (
 ANALYSIS_KEYS = ("unit_ms",)
 HOST_KEYS: tuple[str, ...] = ()
 LINK_KEYS = ("between",)
-PROCESS_KEYS = ("host", "pipeline", "env")
+PROCESS_KEYS = ("host", "pipeline", "env", "command", "sched")
 HOST_ATTRS = ("addr",)
 
 
@@ -92,12 +94,18 @@ class Link:
 
 @dataclass(frozen=True)
 class Process:
-    """A gst-launch-1.0 pipeline run on a host; ``pipeline`` and ``env`` are unresolved."""
+    """A gst-launch-1.0 ``pipeline`` or a ``command`` (argv) run on a host.
+
+    ``pipeline``, ``command`` and ``env`` are unresolved; exactly one of ``pipeline``
+    and ``command`` is set. ``sched`` is the scheduling policy (None: inherited).
+    """
 
     name: str
     host: str
-    pipeline: str
+    pipeline: str = ""
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    command: tuple[str, ...] = ()
+    sched: SchedPolicy | None = None
 
 
 @dataclass(frozen=True)
@@ -151,28 +159,34 @@ class Scenario:
         """The process's pipeline description with every reference substituted."""
         return self.resolve(process.pipeline, addrs)
 
+    def resolved_command(self, process: Process, addrs: Mapping[str, str]) -> list[str]:
+        """The process's command argv with every reference substituted in each argument."""
+        return [self.resolve(arg, addrs) for arg in process.command]
+
     def resolved_env(self, process: Process, addrs: Mapping[str, str]) -> dict[str, str]:
         """The process's extra environment with every reference substituted."""
         return {k: self.resolve(v, addrs) for k, v in process.env.items()}
 
 
-def load_scenario(path: Path | str) -> Scenario:
-    """Read and validate a scenario file."""
+def load_scenario(path: Path | str, *, processes_required: bool = True) -> Scenario:
+    """Read and validate a scenario file (``lab up`` accepts one without processes)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ScenarioError(f"{path}: cannot read: {exc}") from None
-    return parse_scenario(text, str(path))
+    return parse_scenario(text, str(path), processes_required=processes_required)
 
 
-def parse_scenario(text: str, source_name: str = "<scenario>") -> Scenario:
+def parse_scenario(
+    text: str, source_name: str = "<scenario>", *, processes_required: bool = True
+) -> Scenario:
     """Parse and validate scenario TOML ``text``; ``source_name`` prefixes error messages."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ScenarioError(f"{source_name}: TOML syntax error: {exc}") from None
-    return _Parser(source_name).scenario(data, text)
+    return _Parser(source_name, processes_required).scenario(data, text)
 
 
 def substitute(text: str, lookup: Callable[[str], str], source: str, where: str) -> str:
@@ -221,8 +235,9 @@ def _param_str(value: Any, where: str, source: str) -> str:
 class _Parser:
     """Validates the decoded TOML table piece by piece."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, processes_required: bool = True) -> None:
         self.source = source
+        self.processes_required = processes_required
 
     def fail(self, where: str, problem: str) -> ScenarioError:
         prefix = f"{self.source}: {where}: " if where else f"{self.source}: "
@@ -269,7 +284,9 @@ class _Parser:
         hosts = self.hosts(data.get("hosts", {}))
         names = [h.name for h in hosts]
         links = self.links(data.get("links", []), names)
-        processes = self.processes(self.required(data, "processes", ""), names, params)
+        processes = ()
+        if self.processes_required or "processes" in data:
+            processes = self.processes(self.required(data, "processes", ""), names, params)
         return Scenario(
             name=name,
             duration_s=duration,
@@ -342,12 +359,41 @@ class _Parser:
         if host not in hosts:
             known = ", ".join(sorted(hosts))
             raise self.fail(f"{where}.host", f"unknown host '{host}' (hosts: {known})")
-        pipeline = self.string(self.required(table, "pipeline", where), f"{where}.pipeline")
-        if not pipeline.strip():
-            raise self.fail(f"{where}.pipeline", "is empty")
-        self.check_refs(pipeline, f"{where}.pipeline", hosts, params)
+        if "pipeline" in table and "command" in table:
+            raise self.fail(where, "give either 'pipeline' or 'command', not both")
+        pipeline, command = "", ()
+        if "command" not in table:
+            self.required(table, "pipeline", where)
+            pipeline = self.string(table["pipeline"], f"{where}.pipeline")
+            if not pipeline.strip():
+                raise self.fail(f"{where}.pipeline", "is empty")
+            self.check_refs(pipeline, f"{where}.pipeline", hosts, params)
+        else:
+            command = self.command(table["command"], f"{where}.command", hosts, params)
         env = self.env(table.get("env", {}), f"{where}.env", hosts, params)
-        return Process(name=name, host=host, pipeline=pipeline, env=MappingProxyType(env))
+        sched = self.sched(table["sched"], f"{where}.sched") if "sched" in table else None
+        return Process(
+            name=name,
+            host=host,
+            pipeline=pipeline,
+            env=MappingProxyType(env),
+            command=command,
+            sched=sched,
+        )
+
+    def command(self, value: Any, where: str, hosts: list[str], params: dict) -> tuple:
+        ok = isinstance(value, list) and value and all(isinstance(v, str) for v in value)
+        if not ok or not value[0]:
+            raise self.fail(where, 'must be a non-empty array of strings, e.g. ["prog", "--x"]')
+        for i, arg in enumerate(value):
+            self.check_refs(arg, f"{where}[{i}]", hosts, params)
+        return tuple(value)
+
+    def sched(self, value: Any, where: str) -> SchedPolicy:
+        try:
+            return parse_sched(self.string(value, where))
+        except ValueError as exc:
+            raise self.fail(where, str(exc)) from None
 
     def env(self, value: Any, where: str, hosts: list[str], params: dict) -> dict[str, str]:
         table = self.table(value, where, tuple(value) if isinstance(value, dict) else ())

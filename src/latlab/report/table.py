@@ -108,6 +108,33 @@ def where_time_goes(stream: dict[str, Any], top: int = 4) -> str:
     )
 
 
+def resources_table(resources: dict[str, Any]) -> Table:
+    """CPU, context switches and threads per process, and the system's rates."""
+    system = resources.get("system") or {}
+    title = "resources (measured window)"
+    if system:
+        title += (
+            f"  ·  system: {system['interrupts_per_s']:.0f} interrupts/s, "
+            f"{system['context_switches_per_s']:.0f} context switches/s"
+        )
+    table = Table(title=title, title_justify="left", header_style="bold")
+    table.add_column("process")
+    for label in ("user % mean", "max", "sys % mean", "max", "vol cs/s", "invol cs/s", "threads"):
+        table.add_column(label, justify="right")
+    for name, p in resources.get("processes", {}).items():
+        table.add_row(
+            name,
+            f"{p['cpu_user_pct_mean']:.1f}",
+            f"{p['cpu_user_pct_max']:.0f}",
+            f"{p['cpu_system_pct_mean']:.1f}",
+            f"{p['cpu_system_pct_max']:.0f}",
+            f"{p['voluntary_ctxt_per_s']:.0f}",
+            f"{p['involuntary_ctxt_per_s']:.0f}",
+            str(p["threads_max"]),
+        )
+    return table
+
+
 def render_summary(
     summary: dict[str, Any],
     console: Console,
@@ -136,6 +163,8 @@ def render_summary(
             for seg in [*stream["segments"], stream["end_to_end"]]:
                 parts.append(distribution(seg, f"{seg['from']} → {seg['to']}"))
         console.print(Group(*parts))
+    if summary.get("resources", {}).get("processes"):
+        console.print(resources_table(summary["resources"]))
     for trace in summary.get("traces", []):
         notes = list(trace["problems"])
         if trace["dropped_events"]:
