@@ -47,6 +47,11 @@ build_tracer() {
     cargo build --release --quiet --manifest-path tracer/Cargo.toml
 }
 
+build_kuprobe() {
+    log "building the kernel-to-application probe (kuprobe/, cargo build --release)"
+    cargo build --release --quiet --manifest-path kuprobe/Cargo.toml
+}
+
 python_environment() {
     if [ ! -x .venv/bin/python ]; then
         log "creating the Python environment (.venv)"
@@ -63,5 +68,6 @@ python_environment() {
 install_debian_packages
 find_cargo
 build_tracer
+build_kuprobe
 python_environment
 log "ready: ./latlab --help"

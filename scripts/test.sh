@@ -12,5 +12,8 @@ echo "== cargo fmt, clippy, test"
 cargo fmt --manifest-path tracer/Cargo.toml -- --check
 cargo clippy --release --quiet --manifest-path tracer/Cargo.toml -- -D warnings
 cargo test --release --quiet --manifest-path tracer/Cargo.toml
+cargo fmt --manifest-path kuprobe/Cargo.toml -- --check
+cargo clippy --release --quiet --manifest-path kuprobe/Cargo.toml -- -D warnings
+cargo test --release --quiet --manifest-path kuprobe/Cargo.toml
 echo "== pytest"
 .venv/bin/pytest -q "$@"
