@@ -6,7 +6,8 @@
 //! reader, both on CLOCK_MONOTONIC, plus the RTP SSRC, sequence number and
 //! timestamp when the payload is RTP. The kernel stamps on CLOCK_REALTIME; each
 //! packet's stamp is moved to CLOCK_MONOTONIC with the offset of a paired reading
-//! taken right after the read (realtime between two monotonic reads).
+//! taken right after the read (realtime between two monotonic reads at most 2 µs
+//! apart; when a preemption widens every try, the previous packet's offset is used).
 //!
 //! Events go to a latlab trace file `LATLAB_TRACE_DIR/LATLAB_PROCESS-PID.lltrace`:
 //! pad `kernel:src` (a source element) pushes each packet at the kernel's time into
@@ -28,6 +29,8 @@ use trace::{PadInfo, Rtp, TraceWriter, KIND_DONE, KIND_PUSH, RECORD_SIZE};
 const PAD_ID: u32 = 1;
 const FLUSH_NS: u64 = 100_000_000;
 const MAX_PACKET: usize = 65536;
+const PAIR_MAX_NS: u64 = 2_000;
+const PAIR_TRIES: usize = 4;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -284,20 +287,33 @@ fn run(args: &Args) -> Result<Counts, String> {
     Ok(counts)
 }
 
+/// CLOCK_REALTIME minus CLOCK_MONOTONIC from a paired reading (realtime between two
+/// monotonic reads at most PAIR_MAX_NS apart, so a preemption cannot skew it); None
+/// if no narrow pair was found in a few tries.
+fn realtime_offset() -> Option<i128> {
+    for _ in 0..PAIR_TRIES {
+        let before = now_ns(libc::CLOCK_MONOTONIC);
+        let realtime = now_ns(libc::CLOCK_REALTIME);
+        let after = now_ns(libc::CLOCK_MONOTONIC);
+        if after - before <= PAIR_MAX_NS {
+            return Some(realtime as i128 - (before as i128 + after as i128) / 2);
+        }
+    }
+    None
+}
+
 fn receive_loop(fd: libc::c_int, tx: &mpsc::Sender<Vec<u8>>) -> Result<Counts, String> {
     let mut buf = vec![0u8; MAX_PACKET];
     let mut control = [0u64; 64];
     let mut batch: Vec<u8> = Vec::with_capacity(4096 * RECORD_SIZE);
     let mut counts = Counts::default();
     let mut last_flush = now_ns(libc::CLOCK_MONOTONIC);
+    let mut offset = realtime_offset().ok_or("cannot pair CLOCK_REALTIME with CLOCK_MONOTONIC")?;
     while !STOP.load(Ordering::SeqCst) {
         let got = receive(fd, &mut buf, &mut control);
         let read_ns = now_ns(libc::CLOCK_MONOTONIC);
         if let Some(packet) = got {
-            // Paired reading: CLOCK_REALTIME between two CLOCK_MONOTONIC reads.
-            let realtime = now_ns(libc::CLOCK_REALTIME);
-            let after = now_ns(libc::CLOCK_MONOTONIC);
-            let offset = realtime as i128 - ((read_ns as i128 + after as i128) / 2);
+            offset = realtime_offset().unwrap_or(offset);
             counts.packets += 1;
             let rtp = Rtp::parse(&buf[..packet.size]);
             counts.rtp += rtp.is_some() as u64;

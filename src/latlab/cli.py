@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
 from latlab.errors import USER_ERRORS
 from latlab.lab.signals import Terminated
@@ -118,6 +119,80 @@ def report(
         sys.stdout.write(json.dumps(summary, indent=1) + "\n")
         return
     render_summary(summary, console, distributions=distributions, cadence=cadence)
+
+
+lab_app = typer.Typer(
+    name="lab",
+    help="A standing lab (hosts and links of a scenario) for your own commands.",
+    no_args_is_help=True,
+)
+app.add_typer(lab_app, name="lab")
+
+
+@lab_app.command("up")
+def lab_up(
+    scenario: Annotated[Path, typer.Argument(help="Scenario file (TOML); processes ignored.")],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Directory for link logs (default: runs/lab-TIME)."),
+    ] = None,
+) -> None:
+    """Create the scenario's hosts and links, leave them up; print how to use them."""
+    from latlab.lab.standing import lab_up as standing_up
+    from latlab.lab.standing import state_path
+
+    state = standing_up(scenario, out)
+    console.print(f"lab '{state['name']}' is up ({state['scenario']})", highlight=False)
+    table = Table(header_style="bold", box=None)
+    for column in ("host", "namespace", "address"):
+        table.add_column(column)
+    for host, info in state["hosts"].items():
+        table.add_row(host, info["namespace"], info["addr"])
+    console.print(table)
+    for link in state["links"]:
+        backend = link.get("backend", "direct")
+        console.print(f"link {link['between'][0]} <-> {link['between'][1]}: {backend}")
+    first = next(iter(state["hosts"]))
+    console.print(
+        f"run a command:  latlab lab exec {first} -- ping -c 3 ADDRESS\n"
+        f"                (or: ip netns exec {state['hosts'][first]['namespace']} CMD)\n"
+        f"remove it:      latlab lab down  (link logs stay in {state['out_dir']})\n"
+        f"state:          {state_path()}",
+        highlight=False,
+    )
+
+
+@lab_app.command(
+    "exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True}
+)
+def lab_exec(
+    host: Annotated[str, typer.Argument(help="Host of the standing lab.")],
+    command: Annotated[list[str] | None, typer.Argument(help="Command to run (after --).")] = None,
+) -> None:
+    """Run a command inside a host's namespace; its exit code is passed through."""
+    import os
+
+    from latlab.lab.standing import exec_argv
+
+    argv = exec_argv(host, list(command or []))
+    sys.stdout.flush()
+    try:
+        os.execvp(argv[0], argv)
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot run {argv[0]}: {exc.strerror}") from None
+
+
+@lab_app.command("down")
+def lab_down() -> None:
+    """Stop the lab's link emulators and remove its namespaces; keeps the link logs."""
+    from latlab.lab.standing import lab_down as standing_down
+
+    state = standing_down()
+    console.print(
+        f"lab '{state['name']}' removed ({len(state['namespaces'])} namespaces); "
+        f"logs: {state['out_dir']}",
+        highlight=False,
+    )
 
 
 def main() -> None:

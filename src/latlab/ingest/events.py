@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from latlab.ingest.link_events import load_link_trace
 from latlab.ingest.trace_format import EventFlag, Kind, PadFlag
 from latlab.ingest.trace_reader import ClockRecord, PadInfo, Trace, TraceError, open_trace
 from latlab.ingest.workers import parallel_map
@@ -399,8 +400,9 @@ def caps_field(caps: str, name: str) -> str | None:
 
 
 def load_run(run_dir: Path) -> EventTable:
-    """Read all traces of a run directory."""
+    """Read all traces of a run directory, and the logs of its emulated links."""
     paths = find_traces(run_dir)
     if not paths:
         raise TraceError(f"{run_dir}: no trace files (*.lltrace) found")
-    return load_traces(paths)
+    link = load_link_trace(run_dir)
+    return load_traces(paths, extra=[link] if link is not None else [])

@@ -15,11 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
+from latlab.ingest.link_log import read_link_log
 from latlab.ingest.trace_format import EVENT_DTYPE, NONE_U64, EventFlag, Kind, PadFlag
 from latlab.ingest.trace_reader import PadInfo, Trace
 
 LINK_PROCESS = "link"
 LINK_FACTORY = "latlab-linkemu"
+COLUMNS = ("arrival_ns", "released_ns", "direction", "verdict", "is_rtp", "ssrc", "seq",
+           "rtp_ts", "pt", "size")  # fmt: skip
 DUPLICATE = 3
 DELIVERED = (0, DUPLICATE)  # verdicts whose packets were released: delivered, duplicate copy
 
@@ -44,6 +47,28 @@ def link_trace(
         released = mine & np.isin(columns["verdict"], DELIVERED)
         parts.append(_records(columns, released, pad_id, Kind.DONE, "released_ns"))
     trace.events = np.concatenate(parts) if parts else np.empty(0, EVENT_DTYPE)
+    return trace
+
+
+def load_link_trace(run_dir: Path) -> Trace | None:
+    """The ``link`` process of a run: every link log in ``run_dir/links``, or None."""
+    paths = sorted((run_dir / "links").glob("*.lllink"))
+    if not paths:
+        return None
+    merged: dict[str, list[np.ndarray]] = {}
+    names: dict[int, str] = {}
+    problems: list[str] = []
+    for number, path in enumerate(paths):
+        log = read_link_log(path)
+        problems += [f"{path.name}: {problem}" for problem in log.problems]
+        for direction, name in log.directions.items():
+            names[2 * number + direction] = name
+        for key in COLUMNS:
+            value = log[key] if key != "direction" else log[key].astype(np.int64) + 2 * number
+            merged.setdefault(key, []).append(value)
+    columns = {key: np.concatenate(values) for key, values in merged.items()}
+    trace = link_trace(paths[0].parent, columns, names)
+    trace.problems = problems
     return trace
 
 

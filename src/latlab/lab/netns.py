@@ -38,6 +38,8 @@ IFNAMSIZ = 15
 SUBNET_BASE = "10.77"
 MAX_LINKS = 256
 LOOPBACK = "127.0.0.1"
+# Owner "pid" of the standing lab of `latlab lab up` (llab-0-HOST): no process owns it.
+STANDING_OWNER = 0
 
 
 class LabError(RuntimeError):
@@ -137,20 +139,26 @@ def delete_namespace(namespace: str, *, check: bool = True) -> None:
 def cleanup_stale() -> list[str]:
     """Remove latlab namespaces and veths whose owner process is gone; returns their names.
 
-    Only names with the latlab prefix and a dead owner pid are touched.
+    Only names with the latlab prefix and a dead owner pid are touched; the standing lab
+    of ``latlab lab up`` (owner STANDING_OWNER) stays until ``latlab lab down``.
     """
     removed = []
     for name in list_namespaces():
         match = NS_RE.match(name)
-        if match and not pid_alive(int(match.group(1))):
+        if match and _stale_owner(int(match.group(1))):
             delete_namespace(name, check=False)  # another run may be removing it too
             removed.append(name)
     for name in list_root_links():
         match = VETH_RE.match(name)
-        if match and not pid_alive(int(match.group(1))):
+        if match and _stale_owner(int(match.group(1))):
             ip("link", "del", name, check=False)
             removed.append(name)
     return removed
+
+
+def _stale_owner(pid: int) -> bool:
+    """Whether names owned by ``pid`` are leftovers (never the standing lab's)."""
+    return pid != STANDING_OWNER and not pid_alive(pid)
 
 
 class Lab:
@@ -178,10 +186,13 @@ class Lab:
         self._stack = ExitStack()
 
     @classmethod
-    def from_scenario(cls, scenario: Scenario) -> Lab:
-        """A lab with the scenario's hosts and links."""
+    def from_scenario(cls, scenario: Scenario, *, owner_pid: int | None = None) -> Lab:
+        """A lab with the scenario's hosts and links.
+
+        ``owner_pid`` names the owner (default: this process; STANDING_OWNER for ``lab up``).
+        """
         links = [(link.a, link.b) for link in scenario.links]
-        return cls(scenario.host_names(), links)
+        return cls(scenario.host_names(), links, owner_pid=owner_pid)
 
     def namespace(self, host: str) -> str:
         """Namespace name of ``host``."""

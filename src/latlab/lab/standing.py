@@ -1,0 +1,219 @@
+"""A standing lab for people's own commands: ``latlab lab up / exec / down``.
+
+``lab up SCENARIO`` creates the scenario's hosts and links (no processes) and leaves
+them up after the command ends. Its namespaces are named for the standing owner
+(``llab-0-HOST``, :data:`~latlab.lab.netns.STANDING_OWNER`), so the stale-lab cleanup
+of later runs never removes them. What it created is written to a state file,
+``lab.json`` in the state directory:
+
+* ``$LATLAB_STATE_DIR`` if set;
+* else ``/run/latlab`` when running as root;
+* else ``$XDG_RUNTIME_DIR/latlab`` (or ``/tmp/latlab-UID``).
+
+``lab exec HOST -- CMD`` runs CMD in that host's namespace (``ip netns exec``,
+replacing itself, so stdin/stdout and the exit code are the command's).
+``lab down`` stops the processes the lab started (link emulators: SIGTERM so they
+complete their logs, then SIGKILL), deletes exactly the namespaces named in the state
+file and removes it. Link logs stay in the lab's directory (``--out``, default
+``runs/lab-TIME``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import inspect
+import json
+import os
+import signal
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from latlab.lab import rundir
+from latlab.lab.netns import (
+    STANDING_OWNER,
+    Lab,
+    LabError,
+    cleanup_stale,
+    delete_namespace,
+    list_namespaces,
+    namespace_name,
+    pid_alive,
+)
+from latlab.lab.scenario import load_scenario
+from latlab.lab.signals import signals_deferred, sigterm_raises
+
+STATE_SCHEMA = "latlab.lab/1"
+STATE_FILE = "lab.json"
+STOP_GRACE_S = 3.0
+
+
+def state_dir() -> Path:
+    """Directory of the state file (see the module docstring)."""
+    override = os.environ.get("LATLAB_STATE_DIR")
+    if override:
+        return Path(override)
+    if os.geteuid() == 0:
+        return Path("/run/latlab")
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    return Path(runtime) / "latlab" if runtime else Path(f"/tmp/latlab-{os.getuid()}")
+
+
+def state_path() -> Path:
+    """The state file of the standing lab."""
+    return state_dir() / STATE_FILE
+
+
+def read_state() -> dict[str, Any] | None:
+    """The standing lab's state, or None when no lab is up (a state whose namespaces
+    are all gone, e.g. after a reboot, is removed)."""
+    path = state_path()
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise LabError(f"{path}: unreadable lab state ({exc}); remove it") from None
+    existing = set(list_namespaces())
+    if not any(ns in existing for ns in state.get("namespaces", [])):
+        path.unlink(missing_ok=True)
+        return None
+    return state
+
+
+def require_state() -> dict[str, Any]:
+    """The standing lab's state; LabError when none is up."""
+    state = read_state()
+    if state is None:
+        raise LabError("no lab is up (start one: latlab lab up SCENARIO)")
+    return state
+
+
+def lab_up(scenario_file: Path, out_dir: Path | None = None) -> dict[str, Any]:
+    """Create the scenario's hosts and links and leave them up; returns the state."""
+    current = read_state()
+    if current is not None:
+        raise LabError(
+            f"a lab is already up ({current['scenario']}, hosts: "
+            f"{', '.join(current['hosts'])}); remove it first: latlab lab down"
+        )
+    scenario = load_scenario(scenario_file, processes_required=False)
+    out_dir = out_dir or Path("runs") / f"lab-{datetime.now():%Y%m%d-%H%M%S}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cleanup_stale()
+    lab = _make_lab(scenario, out_dir)
+    with sigterm_raises():
+        lab.up()
+        try:
+            state = _state(lab, scenario_file, scenario.name, out_dir)
+            state_dir().mkdir(parents=True, exist_ok=True)
+            rundir.write_json(state_path(), state)
+            rundir.write_json(out_dir / STATE_FILE, state)
+        except BaseException:
+            lab.down()
+            raise
+    atexit.unregister(lab.down)  # the lab outlives this command
+    return state
+
+
+def _make_lab(scenario: Any, out_dir: Path) -> Lab:
+    """``Lab.from_scenario`` owned by the standing owner, logging links to ``out_dir``."""
+    accepted = inspect.signature(Lab.from_scenario).parameters
+    options: dict[str, Any] = {"owner_pid": STANDING_OWNER}
+    if "run_dir" in accepted:
+        options["run_dir"] = out_dir
+    return Lab.from_scenario(scenario, **options)
+
+
+def _lab_pids(lab: Lab) -> list[dict[str, Any]]:
+    """Processes the lab started that must outlive this command (link emulators)."""
+    out = []
+    for key, emulator in getattr(lab, "emulators", {}).items():
+        child = getattr(emulator, "child", None)
+        pid = getattr(child, "pid", None)
+        if pid is not None:
+            out.append({"what": f"link {key} emulator", "pid": pid, "cmdline": _cmdline(pid)})
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _state(lab: Lab, scenario_file: Path, name: str, out_dir: Path) -> dict[str, Any]:
+    prefix = namespace_name(STANDING_OWNER, "")
+    described = lab.describe()
+    return {
+        "schema": STATE_SCHEMA,
+        "name": name,
+        "scenario": str(scenario_file),
+        "owner": STANDING_OWNER,
+        "created_by_pid": os.getpid(),
+        "created_at": rundir.Instant.now().iso,
+        "out_dir": str(out_dir.resolve()),
+        "namespaces": sorted(n for n in list_namespaces() if n.startswith(prefix)),
+        "hosts": described["hosts"],
+        "links": described["links"],
+        "processes": _lab_pids(lab),
+    }
+
+
+def exec_argv(host: str, command: list[str]) -> list[str]:
+    """``ip netns exec NS COMMAND`` for ``host`` of the standing lab."""
+    state = require_state()
+    hosts = state["hosts"]
+    if host not in hosts:
+        raise LabError(f"unknown host '{host}' (hosts: {', '.join(sorted(hosts))})")
+    if not command:
+        raise LabError("give the command to run after --, e.g. latlab lab exec HOST -- ping ...")
+    return ["ip", "netns", "exec", hosts[host]["namespace"], *command]
+
+
+def lab_down() -> dict[str, Any]:
+    """Stop the lab's processes, delete its namespaces, remove the state; returns the state."""
+    state = require_state()
+    with signals_deferred():
+        stopped = [_stop_process(p) for p in state.get("processes", [])]
+        errors = []
+        for namespace in reversed(state["namespaces"]):
+            try:
+                delete_namespace(namespace)
+            except LabError as exc:
+                errors.append(str(exc))
+        state_path().unlink(missing_ok=True)
+    out_dir = Path(state["out_dir"])
+    if out_dir.is_dir():
+        final = {**state, "stopped": stopped, "down_at": rundir.Instant.now().iso}
+        rundir.write_json(out_dir / STATE_FILE, final)
+    if errors:
+        raise LabError(errors[0])
+    return state
+
+
+def _stop_process(entry: dict[str, Any]) -> str:
+    """SIGTERM a recorded process (if it is still the same program), then SIGKILL."""
+    pid = entry["pid"]
+    if not pid_alive(pid) or _cmdline(pid) != entry.get("cmdline"):
+        return "gone"
+    for signum, how in ((signal.SIGTERM, "sigterm"), (signal.SIGKILL, "sigkill")):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while time.monotonic() < deadline:
+            if not pid_alive(pid) or _is_zombie(pid):
+                return how
+            time.sleep(0.01)
+    return "sigkill"
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "Z"
