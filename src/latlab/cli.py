@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from latlab.errors import USER_ERRORS
+from latlab.lab.scenario import Scenario
 from latlab.lab.signals import Terminated
 
 app = typer.Typer(
@@ -53,6 +54,9 @@ def run(
     if duration is not None:
         spec = spec.with_duration(duration)
     out = out or Path("runs") / f"{spec.name}-{datetime.now():%Y%m%d-%H%M%S}"
+    if spec.sweep is not None:
+        _run_sweep(spec, out, progress, unit_ms)
+        return
     try:
         run_scenario(spec, out, progress=progress)
     except (KeyboardInterrupt, Terminated):
@@ -61,6 +65,40 @@ def run(
     summary, _, _ = analyze_run(out, unit_ms or spec.analysis.unit_ms)
     render_summary(summary, console)
     console.print(f"[dim]summary: {out / 'summary.json'}[/dim]")
+
+
+def _run_sweep(spec: Scenario, out: Path, progress: bool, unit_ms: float | None) -> None:
+    """Run every point of a sweep and print the comparison; exit 1 if a point failed."""
+    from latlab.lab.sweep import run_sweep
+    from latlab.report.sweep_table import render_sweep
+
+    try:
+        result = run_sweep(spec, out, progress=progress, unit_ms=unit_ms, console=console)
+    except (KeyboardInterrupt, Terminated):
+        err_console.print(f"latlab: sweep stopped; finished points and sweep.json are in {out}")
+        raise
+    render_sweep(result.sweep, console)
+    console.print(f"[dim]sweep: {out / 'sweep.json'}[/dim]")
+    if result.failed:
+        total = len(result.sweep["points"])
+        err_console.print(f"latlab: {len(result.failed)} of {total} points failed", highlight=False)
+        raise typer.Exit(1)
+
+
+def _report_sweep(sweep_dir: Path, as_json: bool) -> None:
+    """The comparison table of a sweep directory (or its sweep.json)."""
+    from latlab.lab.sweep import load_sweep
+    from latlab.report.sweep_table import render_sweep
+
+    try:
+        sweep = load_sweep(sweep_dir)
+    except ValueError as exc:
+        err_console.print(f"latlab: error: {exc}", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        sys.stdout.write(json.dumps(sweep, indent=1) + "\n")
+        return
+    render_sweep(sweep, console)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -108,12 +146,15 @@ def report(
     cadence: Annotated[bool, typer.Option(help="Buffer cadence per probe.")] = False,
     unit_ms: UnitMs = None,
 ) -> None:
-    """Per-stage tables from the stored traces of a run."""
+    """Per-stage tables from the stored traces of a run; the comparison table of a sweep."""
     from latlab.pipeline import analyze_run
     from latlab.report.table import render_summary
 
     if not run_dir.is_dir():
         raise typer.BadParameter(f"{run_dir}: no such run directory", param_hint="RUN_DIR")
+    if (run_dir / "sweep.json").is_file():
+        _report_sweep(run_dir, as_json)
+        return
     summary, _, _ = analyze_run(run_dir, unit_ms)
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=1) + "\n")

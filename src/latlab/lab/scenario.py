@@ -23,14 +23,19 @@ A scenario is a TOML file::
 
 ``pipeline`` and ``env`` values may reference ``${hosts.NAME.addr}`` (the host's address,
 known once the lab is up) and ``${params.NAME}``; ``$${`` stands for a literal ``${``.
+A ``[sweep]`` table (``mode = "product" | "zip"``, ``NAME = [values]``) makes the file
+a test matrix whose variables any string references as ``${NAME}`` (see :class:`Sweep`).
 Every problem raises :class:`ScenarioError` with a one-line message naming the file.
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import itertools
 import re
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -53,6 +58,7 @@ TOP_KEYS = (
     "hosts",
     "links",
     "processes",
+    "sweep",
 )
 ANALYSIS_KEYS = ("unit_ms",)
 HOST_KEYS: tuple[str, ...] = ()
@@ -122,6 +128,7 @@ class Scenario:
     analysis: Analysis = field(default_factory=Analysis)
     source: str = "<scenario>"
     text: str = ""
+    sweep: Sweep | None = None
 
     def host_names(self) -> list[str]:
         """Host names in file order."""
@@ -143,13 +150,15 @@ class Scenario:
         merged = dict(self.params)
         for key, value in overrides.items():
             merged[key] = _param_str(value, f"params.{key}", self.source)
-        return replace(self, params=MappingProxyType(merged))
+        sweep = self.sweep.with_template(params=merged) if self.sweep else None
+        return replace(self, params=MappingProxyType(merged), sweep=sweep)
 
     def with_duration(self, duration_s: float) -> Scenario:
         """A copy that runs for ``duration_s`` seconds (must be positive)."""
         if not duration_s > 0:
             raise ScenarioError(f"{self.source}: duration_s: must be a positive number of seconds")
-        return replace(self, duration_s=float(duration_s))
+        sweep = self.sweep.with_template(duration_s=float(duration_s)) if self.sweep else None
+        return replace(self, duration_s=float(duration_s), sweep=sweep)
 
     def resolve(self, text: str, addrs: Mapping[str, str]) -> str:
         """Substitute ``${hosts.X.addr}`` (from ``addrs``) and ``${params.X}`` in ``text``."""
@@ -220,7 +229,8 @@ def _lookup(ref: str, params: Mapping[str, str], addrs: Mapping[str, str]) -> st
             raise KeyError(f"unknown reference '${{{ref}}}' (hosts: {', '.join(sorted(addrs))})")
         return addrs[parts[1]]
     raise KeyError(
-        f"unknown reference '${{{ref}}}' (known forms: ${{hosts.NAME.addr}}, ${{params.NAME}})"
+        f"unknown reference '${{{ref}}}' (known forms: ${{hosts.NAME.addr}}, ${{params.NAME}}, "
+        "${NAME} of a [sweep])"
     )
 
 
@@ -275,6 +285,8 @@ class _Parser:
 
     def scenario(self, data: dict[str, Any], text: str) -> Scenario:
         self.table(data, "", TOP_KEYS)
+        if "sweep" in data:
+            return _swept_scenario(self, data, text)
         name = self.string(self.required(data, "name", ""), "name")
         self.ident(name, "name", NAME_RE, "letters, digits, '.', '_', '-'; at most 64")
         duration = self.positive(self.required(data, "duration_s", ""), "duration_s")
@@ -409,6 +421,187 @@ class _Parser:
     def check_refs(self, text: str, where: str, hosts: list[str], params: dict) -> None:
         placeholder = dict.fromkeys(hosts, "0.0.0.0")
         substitute(text, lambda ref: _lookup(ref, params, placeholder), self.source, where)
+
+
+# --- test matrices: [sweep] -------------------------------------------------------------
+
+EXACT_REF_RE = re.compile(r"\$\{([^}]*)\}")
+SWEEP_MODES = ("product", "zip")
+SWEEP_RESERVED = ("hosts", "params")  # first words of the ${hosts.X.addr} / ${params.X} forms
+POINT_UNSAFE_RE = re.compile(r"[^A-Za-z0-9._+-]")
+POINT_NAME_MAX = 120
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A test matrix (``[sweep]``): variables and their values, combined into points.
+
+    ``mode`` is ``"product"`` (every combination, the last variable changing fastest)
+    or ``"zip"`` (the i-th values of all lists together). ``template`` is the
+    scenario's decoded TOML without ``[sweep]``; :meth:`point_data` instantiates it.
+    """
+
+    mode: str
+    variables: tuple[tuple[str, tuple[Any, ...]], ...]
+    template: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def names(self) -> list[str]:
+        """Variable names in file order."""
+        return [name for name, _ in self.variables]
+
+    def combinations(self) -> list[dict[str, Any]]:
+        """Each point's value of every variable, in run order."""
+        lists = [values for _, values in self.variables]
+        rows = itertools.product(*lists) if self.mode == "product" else zip(*lists, strict=True)
+        return [dict(zip(self.names, row, strict=True)) for row in rows]
+
+    def definition(self) -> dict[str, Any]:
+        """The sweep as JSON-able data: mode and each variable's values."""
+        return {"mode": self.mode, "variables": {n: list(v) for n, v in self.variables}}
+
+    def point_data(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The template with each ``${NAME}`` replaced and swept ``[params]`` keys set.
+
+        A string that is exactly ``"${NAME}"`` takes the value itself (its TOML type),
+        so numeric keys can be swept; elsewhere the value is substituted as text.
+        """
+        data = _swept(dict(self.template), values)
+        params = data.get("params")
+        if isinstance(params, dict):
+            params.update({k: v for k, v in values.items() if k in params})
+        return data
+
+    def with_template(self, **keys: Any) -> Sweep:
+        """A copy whose template has some top-level keys replaced (e.g. ``duration_s``)."""
+        return replace(self, template={**self.template, **keys})
+
+
+def point_name(values: Mapping[str, Any]) -> str:
+    """The filesystem-safe name of a sweep point, e.g. ``jb=20,delay=0``.
+
+    Characters other than letters, digits, ``.``, ``_``, ``+`` and ``-`` in values
+    become ``_``; names longer than 120 characters end in a short hash.
+    """
+    parts = (f"{k}={POINT_UNSAFE_RE.sub('_', _value_text(v))}" for k, v in values.items())
+    name = ",".join(parts)
+    if len(name) > POINT_NAME_MAX:
+        digest = hashlib.sha1(name.encode()).hexdigest()[:8]
+        name = f"{name[: POINT_NAME_MAX - 9]}~{digest}"
+    return name
+
+
+def _value_text(value: Any) -> str:
+    """A sweep value as it is substituted into text."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _swept(value: Any, values: Mapping[str, Any]) -> Any:
+    """``value`` (decoded TOML) with the sweep references to ``values`` replaced."""
+    if isinstance(value, str):
+        exact = EXACT_REF_RE.fullmatch(value)
+        if exact and exact.group(1) in values:
+            return values[exact.group(1)]
+        return REF_RE.sub(lambda m: _sweep_ref(m, values), value)
+    if isinstance(value, dict):
+        return {k: _swept(v, values) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_swept(v, values) for v in value]
+    return value
+
+
+def _sweep_ref(match: re.Match[str], values: Mapping[str, Any]) -> str:
+    ref = match.group(1)
+    return match.group(0) if ref is None or ref not in values else _value_text(values[ref])
+
+
+def _strings(value: Any, where: str) -> Iterator[tuple[str, str]]:
+    """Every string in decoded TOML with its dotted location."""
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _strings(item, f"{where}.{key}" if where else key)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _strings(item, f"{where}[{i}]")
+
+
+def _swept_scenario(parser: _Parser, data: dict[str, Any], text: str) -> Scenario:
+    """A scenario with ``[sweep]``: every point is validated; fields are the first point's."""
+    template = {k: v for k, v in data.items() if k != "sweep"}
+    sweep = _sweep(parser, data["sweep"], template)
+    seen: dict[str, dict[str, Any]] = {}
+    first: Scenario | None = None
+    for values in sweep.combinations():
+        name = point_name(values)
+        if name in seen:
+            raise parser.fail(
+                "sweep", f"two points are both named '{name}' (a repeated or look-alike value)"
+            )
+        seen[name] = values
+        point_parser = copy.copy(parser)
+        point_parser.source = f"{parser.source} [{name}]"
+        point = point_parser.scenario(sweep.point_data(values), text)
+        first = first or point
+    assert first is not None
+    return replace(first, source=parser.source, text=text, sweep=sweep)
+
+
+def _sweep(parser: _Parser, value: Any, template: dict[str, Any]) -> Sweep:
+    """Parse the ``[sweep]`` table and check every reference to its variables."""
+    table = parser.table(value, "sweep", tuple(value) if isinstance(value, dict) else ())
+    mode = parser.string(table.get("mode", "product"), "sweep.mode")
+    if mode not in SWEEP_MODES:
+        raise parser.fail("sweep.mode", f"unknown mode '{mode}' (modes: product, zip)")
+    variables = tuple(_sweep_variable(parser, n, v) for n, v in table.items() if n != "mode")
+    if not variables:
+        raise parser.fail("sweep", "has no variables (e.g. jb = [20, 40])")
+    if mode == "zip" and len({len(v) for _, v in variables}) > 1:
+        sizes = ", ".join(f"{n}: {len(v)}" for n, v in variables)
+        raise parser.fail("sweep", f'mode "zip" needs lists of one length ({sizes})')
+    sweep = Sweep(mode, variables, template)
+    _check_sweep_refs(parser, sweep)
+    return sweep
+
+
+def _sweep_variable(parser: _Parser, name: str, values: Any) -> tuple[str, tuple[Any, ...]]:
+    where = f"sweep.{name}"
+    parser.ident(name, where, ENTITY_RE, ENTITY_RULE)
+    if name in SWEEP_RESERVED:
+        raise parser.fail(where, f"name clashes with the ${{{name}.…}} references")
+    if not isinstance(values, list):
+        raise parser.fail(where, f"must be a list of values (e.g. [20, 40]), not {_kind(values)}")
+    if not values:
+        raise parser.fail(where, "is an empty list")
+    for item in values:
+        if not isinstance(item, str | int | float):
+            raise parser.fail(where, f"values must be strings, numbers or booleans: {item!r}")
+    return name, tuple(values)
+
+
+def _check_sweep_refs(parser: _Parser, sweep: Sweep) -> None:
+    """Every ``${NAME}`` names a variable; every variable is referenced or is a param."""
+    names = sweep.names
+    used: set[str] = set()
+    for where, text in _strings(sweep.template, ""):
+        for match in REF_RE.finditer(text):
+            ref = match.group(1)
+            if ref is None or "." in ref:
+                continue  # $${, ${hosts.X.addr}, ${params.X}: checked per point
+            if ref not in names:
+                known = ", ".join(names)
+                raise parser.fail(where, f"unknown sweep variable '${{{ref}}}' (sweep: {known})")
+            used.add(ref)
+    params = sweep.template.get("params")
+    swept_params = set(params) if isinstance(params, dict) else set()
+    for name in names:
+        if name not in used and name not in swept_params:
+            raise parser.fail(
+                f"sweep.{name}", f"is not used (reference it as ${{{name}}} or name a [params] key)"
+            )
 
 
 def _kind(value: Any) -> str:

@@ -1,0 +1,353 @@
+"""Test matrices: expand a scenario's ``[sweep]`` into points and run them one by one.
+
+A sweep directory (``latlab.sweep/1``, see docs/run-dir.md) holds the sweep file as
+given (``scenario.toml``), ``env.json``, ``sweep.json`` (kept up to date after every
+point, also on Ctrl-C) and one run directory per point under ``points/NAME/``, each
+with its own concrete ``scenario.toml`` and ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import date, time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+
+from latlab.analysis.segments import StreamAnalysis
+from latlab.analysis.stats import Samples
+from latlab.lab import rundir
+from latlab.lab.runner import run_scenario
+from latlab.lab.scenario import Scenario, ScenarioError, parse_scenario, point_name
+from latlab.lab.signals import Terminated, signals_deferred, sigterm_raises
+from latlab.pipeline import analyze_run
+from latlab.tracer import plugin_dir
+
+SCHEMA = "latlab.sweep/1"
+SWEEP_FILE = "sweep.json"
+POINTS_DIR = "points"
+KINDS = ("capture", "processing", "queue", "network", "jitterbuffer", "playout", "other")
+FIGURES = ("p50_ms", "p99_ms", "mean_ms")
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One point of a sweep: its name, its variables' values and its concrete scenario."""
+
+    name: str
+    values: Mapping[str, Any]
+    scenario: Scenario
+
+
+@dataclass
+class SweepResult:
+    """Outcome of a sweep: its directory and the contents of sweep.json."""
+
+    out_dir: Path
+    sweep: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> list[dict[str, Any]]:
+        """The points that did not finish with status ``ok``."""
+        return [p for p in self.sweep.get("points", []) if p["status"] != "ok"]
+
+
+def expand_sweep(scenario: Scenario) -> list[SweepPoint]:
+    """Every point of ``scenario``'s ``[sweep]``, each a validated concrete scenario.
+
+    A point's scenario text is the template with its values substituted (what its
+    run directory keeps as scenario.toml); its ``source`` is ``FILE [NAME]``.
+    """
+    sweep = scenario.sweep
+    if sweep is None:
+        raise ScenarioError(f"{scenario.source}: has no [sweep] table")
+    points = []
+    for values in sweep.combinations():
+        name = point_name(values)
+        header = f"# {scenario.source}: sweep point {name}\n"
+        text = header + to_toml(sweep.point_data(values))
+        points.append(SweepPoint(name, values, parse_scenario(text, f"{scenario.source} [{name}]")))
+    return points
+
+
+def run_sweep(
+    scenario: Scenario,
+    out_dir: Path,
+    *,
+    progress: bool = True,
+    unit_ms: float | None = None,
+    console: Console | None = None,
+) -> SweepResult:
+    """Run every point of ``scenario``'s sweep into ``out_dir/points/NAME`` and analyse it.
+
+    Writes ``out_dir/sweep.json`` after each point. A point that fails is recorded
+    (status ``failed``, one-line ``error``) and the sweep goes on. Ctrl-C / SIGTERM
+    stop the sweep after the current point's cleanup: sweep.json then says
+    ``interrupted`` and KeyboardInterrupt / Terminated propagates.
+    """
+    out_dir = Path(out_dir)
+    points = expand_sweep(scenario)  # every mistake is found before anything starts
+    plugin_dir()  # fail once, not per point, when the tracer is not built
+    console = console or Console()
+    _prepare(scenario, out_dir)
+    state = _new_sweep_json(scenario, points)
+    result = SweepResult(out_dir, state)
+    _write(out_dir, state)
+    with sigterm_raises():
+        try:
+            for index, point in enumerate(points):
+                if progress:
+                    console.print(f"[bold]point {index + 1}/{len(points)}[/bold] {point.name}")
+                entry = state["points"][index]
+                entry["status"] = "running"
+                _write(out_dir, state)
+                _run_point(point, out_dir, entry, progress, unit_ms)
+                _write(out_dir, state)
+                if progress:
+                    console.print(f"  {point_line(entry)}", highlight=False, soft_wrap=True)
+        except (KeyboardInterrupt, Terminated):
+            state["status"] = "interrupted"
+            state["finished_at"] = rundir.Instant.now().iso
+            _write(out_dir, state)
+            raise
+    state["status"] = "failed" if result.failed else "ok"
+    state["finished_at"] = rundir.Instant.now().iso
+    _write(out_dir, state)
+    return result
+
+
+def _run_point(
+    point: SweepPoint,
+    out_dir: Path,
+    entry: dict[str, Any],
+    progress: bool,
+    unit_ms: float | None,
+) -> None:
+    """Run and analyse one point, recording the outcome in its ``entry`` of sweep.json."""
+    point_dir = out_dir / entry["dir"]
+    try:
+        run_scenario(point.scenario, point_dir, progress=progress)
+        summary, _, streams = analyze_run(point_dir, unit_ms or point.scenario.analysis.unit_ms)
+        entry.update(point_figures(summary, streams))
+        entry["status"] = "ok"
+    except (KeyboardInterrupt, Terminated) as exc:
+        entry["status"] = "interrupted"
+        sigint = isinstance(exc, KeyboardInterrupt)
+        entry["error"] = "interrupted by SIGINT" if sigint else "terminated by SIGTERM"
+        raise
+    except Exception as exc:  # a failed point is reported and the sweep goes on
+        entry["status"] = "failed"
+        entry["error"] = _one_line(exc)
+
+
+def point_figures(summary: dict[str, Any], streams: list[StreamAnalysis]) -> dict[str, Any]:
+    """What sweep.json keeps of one analysed point: per stream figures and resources."""
+    figures = [_stream_figures(s, a) for s, a in zip(summary["streams"], streams, strict=True)]
+    return {
+        "duration_s": summary["run"].get("duration_s"),
+        "streams": figures,
+        "resources": _resources(summary.get("resources")),
+    }
+
+
+def _stream_figures(stream: dict[str, Any], analysis: StreamAnalysis) -> dict[str, Any]:
+    """End to end, per segment and per segment kind p50/p99/mean; lost, late, duplicated."""
+    return {
+        "id": stream["id"],
+        "units": stream["units"],
+        "complete_units": stream["complete_units"],
+        **{k: stream[k] for k in ("lost", "late", "duplicated", "reordered")},
+        "end_to_end": _pick(stream["end_to_end"]),
+        "segments": [
+            {"from": s["from"], "to": s["to"], "kind": s["kind"], **_pick(s)}
+            for s in stream["segments"]
+        ],
+        "kinds": _kinds(analysis),
+    }
+
+
+def _kinds(analysis: StreamAnalysis) -> dict[str, dict[str, float | None]]:
+    """Per kind, the distribution of the time each unit spent in segments of that kind.
+
+    Segment values are per complete unit, in the same order, so they add up per unit.
+    """
+    totals: dict[str, np.ndarray] = {}
+    for seg in analysis.segments:
+        values = seg.values_ns.astype(np.int64)
+        totals[seg.kind] = totals[seg.kind] + values if seg.kind in totals else values
+    order = [k for k in KINDS if k in totals] + sorted(set(totals) - set(KINDS))
+    return {kind: _pick(Samples(totals[kind]).describe()) for kind in order}
+
+
+def _pick(stats: Mapping[str, Any]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for key in FIGURES:
+        value = stats.get(key)
+        finite = isinstance(value, int | float) and math.isfinite(value)
+        out[key] = round(float(value), 6) if finite else None
+    return out
+
+
+def _resources(section: Any) -> dict[str, Any] | None:
+    """CPU per process (user + system, % of one core, mean) from summary.json's resources."""
+    if not isinstance(section, dict):
+        return None
+    cpu = {
+        name: round(p.get("cpu_user_pct_mean", 0.0) + p.get("cpu_system_pct_mean", 0.0), 2)
+        for name, p in section.get("processes", {}).items()
+    }
+    return {
+        "cpu_pct": cpu,
+        "cpu_pct_total": round(sum(cpu.values()), 2),
+        "system": section.get("system", {}),
+    }
+
+
+def point_line(entry: Mapping[str, Any]) -> str:
+    """One line on a point's outcome: its end-to-end figures, or why it failed."""
+    if entry["status"] != "ok":
+        return f"{entry['name']}: {entry['status']}: {entry.get('error') or ''}".rstrip(": ")
+    parts = []
+    for stream in entry["streams"]:
+        e2e = stream["end_to_end"]
+        parts.append(
+            f"end to end p50 {_ms(e2e['p50_ms'])} p99 {_ms(e2e['p99_ms'])} ms · "
+            f"lost {stream['lost']} late {stream['late']}"
+        )
+    return f"{entry['name']}: ok · " + (" | ".join(parts) or "no streams found")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def _prepare(scenario: Scenario, out_dir: Path) -> None:
+    """Create the sweep directory (refusing a non-empty one) with the scenario and env.json."""
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise FileExistsError(f"{out_dir}: sweep directory exists and is not empty")
+    (out_dir / POINTS_DIR).mkdir(parents=True, exist_ok=True)
+    source = Path(scenario.source)
+    if source.is_file():
+        shutil.copyfile(source, out_dir / "scenario.toml")
+    else:
+        (out_dir / "scenario.toml").write_text(scenario.text, encoding="utf-8")
+    rundir.write_json(out_dir / "env.json", rundir.environment())
+
+
+def _new_sweep_json(scenario: Scenario, points: list[SweepPoint]) -> dict[str, Any]:
+    assert scenario.sweep is not None
+    return {
+        "schema": SCHEMA,
+        "name": scenario.name,
+        "scenario": scenario.source,
+        "status": "running",
+        "started_at": rundir.Instant.now().iso,
+        "finished_at": None,
+        "sweep": scenario.sweep.definition(),
+        "points": [
+            {
+                "name": p.name,
+                "values": dict(p.values),
+                "dir": f"{POINTS_DIR}/{p.name}",
+                "status": "pending",
+                "error": None,
+                "duration_s": None,
+                "streams": [],
+                "resources": None,
+            }
+            for p in points
+        ],
+    }
+
+
+def _write(out_dir: Path, state: dict[str, Any]) -> None:
+    with signals_deferred():
+        rundir.write_json(out_dir / SWEEP_FILE, state)
+
+
+def load_sweep(out_dir: Path) -> dict[str, Any]:
+    """sweep.json of a sweep directory (FileNotFoundError / ValueError when unusable)."""
+    path = Path(out_dir) / SWEEP_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        found = data.get("schema") if isinstance(data, dict) else None
+        raise ValueError(f"{path}: unknown schema {found!r} (expected {SCHEMA})")
+    return data
+
+
+def is_sweep_dir(path: Path) -> bool:
+    """Whether ``path`` is a sweep directory (holds sweep.json)."""
+    return (Path(path) / SWEEP_FILE).is_file()
+
+
+# --- a small TOML writer for the concrete scenario of each point -----------------------
+
+
+def to_toml(data: Mapping[str, Any]) -> str:
+    """``data`` (decoded TOML: tables, arrays, scalars) as TOML text that decodes to it."""
+    lines: list[str] = []
+    _table(data, [], lines, array=False)
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _table(table: Mapping[str, Any], path: list[str], lines: list[str], array: bool) -> None:
+    nested = {k: v for k, v in table.items() if _is_table(v) or _is_table_array(v)}
+    if path and (array or len(nested) < len(table) or not table):  # else implied by subtables
+        dotted = ".".join(_key(p) for p in path)
+        lines.extend(["", f"[[{dotted}]]" if array else f"[{dotted}]"])
+    lines.extend(f"{_key(k)} = {_value(v)}" for k, v in table.items() if k not in nested)
+    for key, value in nested.items():
+        items = value if _is_table_array(value) else [value]
+        for item in items:
+            _table(item, [*path, key], lines, array=_is_table_array(value))
+
+
+def _is_table(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+def _is_table_array(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
+def _key(key: str) -> str:
+    bare = key and all(c.isascii() and (c.isalnum() or c in "_-") for c in key)
+    return key if bare else _string(key)
+
+
+def _string(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        return ("inf" if value > 0 else "-inf") if math.isinf(value) else repr(value)
+    if isinstance(value, str):
+        return _string(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, date | time):
+        return value.isoformat()
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")

@@ -1,0 +1,107 @@
+"""The comparison table of a sweep (from sweep.json): one row per point (and stream)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+KINDS = ("capture", "processing", "queue", "network", "jitterbuffer", "playout", "other")
+LABELS = {"jitterbuffer": "jitter\nbuffer"}
+
+
+def _ms(value: float | None) -> str:
+    """Milliseconds to 10 µs (sweep.json keeps every figure at full precision)."""
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _kinds(points: list[dict[str, Any]]) -> list[str]:
+    """Segment kinds seen in any point, in path order (capture first, playout last)."""
+    seen = {k for p in points for s in p.get("streams", []) for k in s.get("kinds", {})}
+    return [k for k in KINDS if k in seen] + sorted(seen - set(KINDS))
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def comparison_table(sweep: dict[str, Any]) -> Table:
+    """Per point: its values, end-to-end p50/p99, p50 per segment kind, lost, late (, CPU)."""
+    points = sweep.get("points", [])
+    names = list(sweep.get("sweep", {}).get("variables", {}))
+    kinds = _kinds(points)
+    many_streams = any(len(p.get("streams", [])) > 1 for p in points)
+    with_cpu = any(p.get("resources") for p in points)
+    failed = sum(p["status"] != "ok" for p in points)
+    title = (
+        f"sweep {sweep.get('name', '')}  ·  {sweep.get('sweep', {}).get('mode', '')}  ·  "
+        f"{len(points)} points" + (f", {failed} not ok" if failed else "")
+    )
+    table = Table(
+        title=title,
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=0,
+        show_edge=False,
+    )
+    headers = [*names, *(["stream"] if many_streams else []), "e2e\np50", "e2e\np99"]
+    headers += [*(LABELS.get(k, k) for k in kinds), "lost", "late"]
+    headers += ["CPU\n%"] if with_cpu else []
+    rows = [r for p in points for r in _rows(p, names, kinds, many_streams, with_cpu)]
+    for i, header in enumerate(headers):  # wide enough that no figure is cut
+        cells = [len(row[i]) if isinstance(row[i], str) else row[i].cell_len for row in rows]
+        width = max([len(word) for word in header.split()] + cells)
+        table.add_column(header, justify="right", min_width=width)
+    for row in rows:
+        table.add_row(*row)
+    table.caption = (
+        "ms; each segment kind: p50 of the time a unit spent in all segments of that kind"
+        + ("; CPU: all processes, % of one core" if with_cpu else "")
+    )
+    table.caption_justify = "left"
+    return table
+
+
+def _rows(
+    point: dict[str, Any], names: list[str], kinds: list[str], many: bool, cpu: bool
+) -> list[list[Any]]:
+    values = [_value(point.get("values", {}).get(n, "")) for n in names]
+    streams = point.get("streams", [])
+    if point["status"] != "ok" or not streams:
+        width = 2 + len(kinds) + 2 + int(many) + int(cpu)
+        status = point["status"] if point["status"] != "ok" else "no streams"
+        return [[*values, Text(status, style="bold red"), *([""] * (width - 1))]]
+    rows = []
+    for stream in streams:
+        e2e = stream["end_to_end"]
+        row: list[Any] = [*values, *([stream["id"]] if many else [])]
+        row += [Text(_ms(e2e["p50_ms"]), style="bold"), _ms(e2e["p99_ms"])]
+        row += [_ms(stream["kinds"].get(k, {}).get("p50_ms")) for k in kinds]
+        row += [str(stream["lost"]), str(stream["late"])]
+        if cpu:
+            resources = point.get("resources") or {}
+            total = resources.get("cpu_pct_total")
+            row.append("-" if total is None else f"{total:.1f}")
+        rows.append(row)
+    return rows
+
+
+def render_sweep(sweep: dict[str, Any], console: Console) -> None:
+    """Print the comparison table, then one line per point that is not ok."""
+    console.print(comparison_table(sweep))
+    for point in sweep.get("points", []):
+        if point["status"] != "ok":
+            error = point.get("error") or ""
+            console.print(
+                f"{point['name']}: {point['status']}" + (f": {error}" if error else ""),
+                highlight=False,
+                markup=False,
+                soft_wrap=True,
+            )
