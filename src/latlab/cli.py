@@ -44,7 +44,10 @@ def run(
         float | None, typer.Option("--duration", help="Override the scenario's duration_s.")
     ] = None,
 ) -> None:
-    """Run a scenario: hosts as namespaces, processes traced; then print the per-stage table."""
+    """Run a scenario: hosts as namespaces, processes traced; then print the per-stage table.
+
+    A scenario with a [sweep] table runs every point and prints the comparison table.
+    """
     from latlab.lab.runner import run_scenario
     from latlab.lab.scenario import load_scenario
     from latlab.pipeline import analyze_run
