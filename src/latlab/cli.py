@@ -46,7 +46,7 @@ def run(
 ) -> None:
     """Run a scenario: hosts as namespaces, processes traced; then print the per-stage table.
 
-    A scenario with a [sweep] table runs every point and prints the comparison table.
+    A scenario with a sweep table runs every point and prints the comparison table.
     """
     from latlab.lab.runner import run_scenario
     from latlab.lab.scenario import load_scenario
