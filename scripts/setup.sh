@@ -11,6 +11,7 @@ APT_PACKAGES=(
     gstreamer1.0-plugins-bad gstreamer1.0-libav libgstreamer1.0-dev
     libgstreamer-plugins-base1.0-dev pkg-config build-essential iproute2 iputils-ping
     python3 python3-venv procps
+    jackd2 pulseaudio pulseaudio-utils
 )
 
 log() { printf '\033[1msetup:\033[0m %s\n' "$*"; }

@@ -36,7 +36,7 @@ def analyze_run(
     meta = run_metadata(run_dir)
     unit = unit_ms or float(meta.get("unit_ms", 10.0))
     table = load_run(run_dir)
-    streams = analyze(table, unit)
+    streams = analyze(table, unit, meta)
     summary = build_summary(meta, table, streams)
     resources = summarize_resources(
         run_dir / RESOURCES_FILE,

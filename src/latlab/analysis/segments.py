@@ -15,6 +15,7 @@ import numpy as np
 from latlab.analysis.stats import Samples
 from latlab.ingest.events import EventTable
 from latlab.ingest.workers import in_background, parallel_map
+from latlab.stitch.devices import add_device_playout
 from latlab.stitch.journeys import Journeys, build_journeys
 from latlab.stitch.position import MISSING
 
@@ -44,10 +45,17 @@ class StreamAnalysis:
     handoffs: dict[str, float | int | list]
 
 
-def analyze(table: EventTable, unit_ms: float = 10.0) -> list[StreamAnalysis]:
-    """Stitch journeys and compute the statistics of every stream of a run."""
+def analyze(
+    table: EventTable, unit_ms: float = 10.0, run: dict | None = None
+) -> list[StreamAnalysis]:
+    """Stitch journeys and compute the statistics of every stream of a run.
+
+    ``run`` (run.json) adds device playout probes where a path ends in an audio device.
+    """
     cadence = in_background(lambda: probe_cadence(table))
     journeys = build_journeys(table, unit_ms)
+    if run and run.get("devices"):
+        journeys = [add_device_playout(j, table, run) for j in journeys]
     return [_analyze_stream(j, cadence()) for j in journeys]
 
 

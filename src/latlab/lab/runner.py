@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from latlab.lab import rundir
+from latlab.lab.devices import DeviceError, Devices, cleanup_stale_devices
 from latlab.lab.netns import Lab, cleanup_stale
 from latlab.lab.process import ChildProcess
 from latlab.lab.resources import RESOURCES_FILE, ResourceSampler
@@ -116,6 +117,7 @@ def run_scenario(
     _copy_scenario(scenario, out_dir)
     rundir.write_json(out_dir / "env.json", rundir.environment())
     cleanup_stale()
+    cleanup_stale_devices()
     return _Run(scenario, out_dir, trace, progress).execute()
 
 
@@ -144,6 +146,7 @@ class _Run:
         self.measure_end_ns: int | None = None
         self.status = "running"
         self.error: str | None = None
+        self.devices = Devices(scenario.devices, out_dir / rundir.LOGS)
         self.sampler = ResourceSampler(out_dir / RESOURCES_FILE)
         self.sched: dict[str, dict[str, Any]] = {}
 
@@ -154,12 +157,15 @@ class _Run:
                     self.lab = lab
                     self.sampler.start()
                     try:
+                        self._start_devices()
                         self._start_all()
                         self._wait_duration()
                         self.status = "ok"
                     finally:
                         self._sched_at_stop()
+                        self.devices.sample_latency()
                         self._stop_all()
+                        self._stop_devices()
                         self.sampler.stop()
             except BaseException as exc:
                 self._record_failure(exc)
@@ -193,6 +199,25 @@ class _Run:
             self._await_ready(child)
             self._apply_sched(proc, child)
         self.measure_start_ns = time.monotonic_ns()
+
+    def _start_devices(self) -> None:
+        """Start the audio servers inside their hosts, each ready before the processes."""
+        assert self.lab is not None
+        try:
+            self.devices.start_all(self.lab.exec_argv)
+        except DeviceError as exc:
+            raise RunError(str(exc)) from None
+
+    def _check_devices(self) -> None:
+        try:
+            self.devices.check()
+        except DeviceError as exc:
+            self.measure_end_ns = self.measure_end_ns or time.monotonic_ns()
+            raise RunError(str(exc)) from None
+
+    def _stop_devices(self) -> None:
+        with signals_deferred():
+            self.devices.stop_all()
 
     def _child(self, proc: Process, addrs: dict[str, str]) -> ChildProcess:
         assert self.lab is not None
@@ -245,7 +270,8 @@ class _Run:
 
     def _env(self, proc: Process, addrs: dict[str, str]) -> dict[str, str]:
         tracing = tracer_env(self.out_dir / rundir.TRACES, proc.name) if self.trace else {}
-        return process_env(dict(os.environ), tracing, self.scenario.resolved_env(proc, addrs))
+        extra = {**self.devices.env_for(proc.host), **self.scenario.resolved_env(proc, addrs)}
+        return process_env(dict(os.environ), tracing, extra)
 
     def _await_ready(self, child: ChildProcess) -> None:
         if child.wait_ready(READY_TIMEOUT_S):
@@ -269,12 +295,14 @@ class _Run:
             while (remaining := deadline - time.monotonic()) > 0:
                 if self.exited.wait(min(remaining, PROGRESS_TICK_S)):
                     self._fail_early_exit()
+                self._check_devices()
                 update(duration - max(remaining, 0))
             update(duration)
         self.measure_end_ns = time.monotonic_ns()
 
     def _fail_early_exit(self) -> None:
         self.measure_end_ns = time.monotonic_ns()
+        self._check_devices()  # a dead audio server is the cause of its clients' exit
         for _, child in self.children:
             if child.eof:
                 code = child.exit_code()
@@ -318,6 +346,7 @@ class _Run:
             "params": dict(self.scenario.params),
             "hosts": lab["hosts"],
             "links": lab["links"],
+            "devices": self.devices.describe(self.out_dir),
             "processes": [self._describe(proc, child, origin) for proc, child in self.children],
         }
 

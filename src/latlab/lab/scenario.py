@@ -59,12 +59,16 @@ TOP_KEYS = (
     "links",
     "processes",
     "sweep",
+    "devices",
 )
 ANALYSIS_KEYS = ("unit_ms",)
 HOST_KEYS: tuple[str, ...] = ()
 LINK_KEYS = ("between",)
 PROCESS_KEYS = ("host", "pipeline", "env", "command", "sched")
 HOST_ATTRS = ("addr",)
+DEVICE_KEYS = ("host", "server", "rate", "period_frames", "periods", "channels")
+DEVICE_SERVERS = ("jack", "pulse")
+DEVICE_ATTRS = ("period_us", "buffer_us", "rate", "period_frames", "periods", "channels")
 
 
 class ScenarioError(ValueError):
@@ -115,6 +119,40 @@ class Process:
 
 
 @dataclass(frozen=True)
+class Device:
+    """A virtual audio device (``[devices.NAME]``): an audio server latlab runs on a host.
+
+    ``server`` is ``"jack"`` (jackd, dummy driver) or ``"pulse"`` (PulseAudio with a
+    null sink; its monitor is the capture side). ``period_frames`` and ``periods``
+    are the device's period and number of periods (see ``latlab.lab.devices``).
+    """
+
+    name: str
+    host: str
+    server: str
+    rate: int = 48000
+    period_frames: int = 480
+    periods: int = 2
+    channels: int = 2
+
+    @property
+    def period_us(self) -> int:
+        """One period in microseconds (rounded)."""
+        return round(self.period_frames * 1_000_000 / self.rate)
+
+    def refs(self) -> dict[str, str]:
+        """Values of the ``${devices.NAME.ATTR}`` references (e.g. for ``buffer-time``)."""
+        return {
+            "period_us": str(self.period_us),
+            "buffer_us": str(self.period_us * self.periods),
+            "rate": str(self.rate),
+            "period_frames": str(self.period_frames),
+            "periods": str(self.periods),
+            "channels": str(self.channels),
+        }
+
+
+@dataclass(frozen=True)
 class Scenario:
     """A parsed, validated scenario. Hosts and processes keep file order."""
 
@@ -129,6 +167,7 @@ class Scenario:
     source: str = "<scenario>"
     text: str = ""
     sweep: Sweep | None = None
+    devices: tuple[Device, ...] = ()
 
     def host_names(self) -> list[str]:
         """Host names in file order."""
@@ -162,7 +201,10 @@ class Scenario:
 
     def resolve(self, text: str, addrs: Mapping[str, str]) -> str:
         """Substitute ``${hosts.X.addr}`` (from ``addrs``) and ``${params.X}`` in ``text``."""
-        return substitute(text, lambda ref: _lookup(ref, self.params, addrs), self.source, "")
+        devices = {d.name: d.refs() for d in self.devices}
+        return substitute(
+            text, lambda ref: _lookup(ref, self.params, addrs, devices), self.source, ""
+        )
 
     def resolved_pipeline(self, process: Process, addrs: Mapping[str, str]) -> str:
         """The process's pipeline description with every reference substituted."""
@@ -216,9 +258,19 @@ def substitute(text: str, lookup: Callable[[str], str], source: str, where: str)
     return REF_RE.sub(repl, text)
 
 
-def _lookup(ref: str, params: Mapping[str, str], addrs: Mapping[str, str]) -> str:
+def _lookup(
+    ref: str,
+    params: Mapping[str, str],
+    addrs: Mapping[str, str],
+    devices: Mapping[str, Mapping[str, str]] | None = None,
+) -> str:
     """Value of one reference (KeyError with the problem if it is unknown)."""
     parts = ref.split(".")
+    if len(parts) == 3 and parts[0] == "devices" and parts[2] in DEVICE_ATTRS:
+        if parts[1] not in (devices or {}):
+            known = ", ".join(sorted(devices or {})) or "none"
+            raise KeyError(f"unknown reference '${{{ref}}}' (devices: {known})")
+        return (devices or {})[parts[1]][parts[2]]
     if len(parts) == 2 and parts[0] == "params":
         if parts[1] not in params:
             known = ", ".join(sorted(params)) or "none"
@@ -296,6 +348,8 @@ class _Parser:
         hosts = self.hosts(data.get("hosts", {}))
         names = [h.name for h in hosts]
         links = self.links(data.get("links", []), names)
+        devices = self.devices(data.get("devices", {}), names)
+        self.device_refs = {d.name: d.refs() for d in devices}
         processes = ()
         if self.processes_required or "processes" in data:
             processes = self.processes(self.required(data, "processes", ""), names, params)
@@ -308,6 +362,7 @@ class _Parser:
             description=description,
             params=MappingProxyType(params),
             analysis=analysis,
+            devices=devices,
             source=self.source,
             text=text,
         )
@@ -420,14 +475,69 @@ class _Parser:
 
     def check_refs(self, text: str, where: str, hosts: list[str], params: dict) -> None:
         placeholder = dict.fromkeys(hosts, "0.0.0.0")
-        substitute(text, lambda ref: _lookup(ref, params, placeholder), self.source, where)
+        devices = self.device_refs
+
+        def lookup(ref: str) -> str:
+            return _lookup(ref, params, placeholder, devices)
+
+        substitute(text, lookup, self.source, where)
+
+    device_refs: Mapping[str, Mapping[str, str]] = MappingProxyType({})
+
+    def devices(self, value: Any, hosts: list[str]) -> tuple[Device, ...]:
+        """``[devices.NAME]`` tables: at most one audio device per host."""
+        table = self.table(value, "devices", tuple(value) if isinstance(value, dict) else ())
+        out: list[Device] = []
+        for name, item in table.items():
+            device = self.device(name, item, hosts)
+            taken = [d.name for d in out if d.host == device.host]
+            if taken:
+                raise self.fail(
+                    f"devices.{name}.host",
+                    f"host '{device.host}' already has device '{taken[0]}' (one per host)",
+                )
+            out.append(device)
+        return tuple(out)
+
+    def device(self, name: str, value: Any, hosts: list[str]) -> Device:
+        """One ``[devices.NAME]`` table."""
+        where = f"devices.{name}"
+        self.ident(name, where, ENTITY_RE, ENTITY_RULE)
+        table = self.table(value, where, DEVICE_KEYS)
+        host = self.string(self.required(table, "host", where), f"{where}.host")
+        if host not in hosts:
+            known = ", ".join(sorted(hosts))
+            raise self.fail(f"{where}.host", f"unknown host '{host}' (hosts: {known})")
+        server = self.string(self.required(table, "server", where), f"{where}.server")
+        if server not in DEVICE_SERVERS:
+            raise self.fail(f"{where}.server", f"unknown server '{server}' (servers: jack, pulse)")
+        limits = {
+            "rate": (8000, 192000, 48000),
+            "period_frames": (16, 16384, 480),
+            "periods": (1 if server == "jack" else 2, 32, 2),
+            "channels": (1, 8, 2),
+        }
+        numbers = {k: self.bounded_int(table, k, where, *v) for k, v in limits.items()}
+        return Device(name=name, host=host, server=server, **numbers)
+
+    def bounded_int(
+        self, table: dict[str, Any], key: str, where: str, low: int, high: int, default: int
+    ) -> int:
+        """An integer key within ``[low, high]`` (``default`` when absent)."""
+        value = table.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise self.fail(
+                f"{where}.{key}", f"must be an integer from {low} to {high}, not {value!r}"
+            )
+        return value
 
 
 # --- test matrices: [sweep] -------------------------------------------------------------
 
 EXACT_REF_RE = re.compile(r"\$\{([^}]*)\}")
 SWEEP_MODES = ("product", "zip")
-SWEEP_RESERVED = ("hosts", "params")  # first words of the ${hosts.X.addr} / ${params.X} forms
+# first words of the ${hosts.X.addr} / ${params.X} / ${devices.X.ATTR} forms
+SWEEP_RESERVED = ("hosts", "params", "devices")
 POINT_UNSAFE_RE = re.compile(r"[^A-Za-z0-9._+-]")
 POINT_NAME_MAX = 120
 

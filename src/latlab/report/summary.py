@@ -9,6 +9,7 @@ from typing import Any
 
 from latlab.analysis.segments import SegmentStats, StreamAnalysis
 from latlab.ingest.events import EventTable
+from latlab.stitch.devices import segment_device_flags
 
 SCHEMA = "latlab.summary/1"
 STAT_KEYS = ("count", "min_ms", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms")
@@ -27,7 +28,7 @@ def build_summary(
             "duration_s": float(run.get("duration_s", 0.0)),
             "params": run.get("params", {}),
         },
-        "streams": [_stream(s) for s in streams],
+        "streams": [_with_device_flags(_stream(s), s, table) for s in streams],
         "traces": [
             {
                 "process": p.name,
@@ -41,6 +42,14 @@ def build_summary(
             for p in table.processes
         ],
     }
+
+
+def _with_device_flags(out: dict[str, Any], s: StreamAnalysis, table: EventTable) -> dict:
+    """Mark each segment ``"device": true|false`` (device playout also ``"estimated"``)."""
+    flags_list = segment_device_flags(s.journeys, table)
+    for segment, flags in zip(out["segments"], flags_list, strict=True):
+        segment.update(flags)
+    return out
 
 
 def _stats(seg: SegmentStats) -> dict[str, Any]:

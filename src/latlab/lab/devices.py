@@ -1,0 +1,553 @@
+"""Virtual audio devices: a real audio server per ``[devices.NAME]``, run inside a host.
+
+This machine has no sound hardware, so latlab runs the audio server itself, with
+device-like period and buffer sizes, one per device, started inside the host's
+namespace before its processes and stopped after them:
+
+* ``server = "jack"``: ``jackd --name llab-<pid>-<device> -d dummy -r RATE -p PERIOD``.
+  The dummy driver wakes every period on the system clock; JACK reports one
+  period of capture latency and two of playback latency (asynchronous mode). The
+  processes on the host get ``JACK_DEFAULT_SERVER`` (and ``JACK_NO_START_SERVER``,
+  so a client never spawns a server of its own); pipelines use
+  ``jackaudiosrc`` / ``jackaudiosink``.
+* ``server = "pulse"``: ``pulseaudio`` with a null sink ``llab_<device>`` and its
+  monitor source as the capture side, default fragments ``periods`` x the period,
+  in a runtime directory ``$TMPDIR/llab-<pid>-<device>-pulse``. The processes get
+  ``PULSE_SERVER``, ``PULSE_RUNTIME_PATH``, ``PULSE_SINK`` and ``PULSE_SOURCE``;
+  pipelines use ``pulsesrc`` / ``pulsesink``.
+
+GStreamer's audio elements choose their own ring buffer: pipelines pass the
+device's sizes with ``latency-time=${devices.NAME.period_us}
+buffer-time=${devices.NAME.buffer_us}`` (period x periods).
+
+Names carry the pid of the latlab process that owns them, so a later run can find
+the servers, sockets and directories of a dead run (:func:`cleanup_stale_devices`)
+and touch nothing else. A server that dies during a run makes the run fail
+(:meth:`Devices.check`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from latlab.lab.netns import pid_alive
+from latlab.lab.scenario import Device
+
+READY_TIMEOUT_S = 10.0
+STOP_GRACE_S = 3.0
+POLL_S = 0.02
+PROBE_TIMEOUT_S = 5.0
+JACK_SHM_DIR = Path("/dev/shm")
+JACK_REGISTRY = JACK_SHM_DIR / "jack-shm-registry"
+JACK_REGISTRY_RE = re.compile(rb"jack-\d+:(llab-\d+-[A-Za-z0-9_-]+):")
+OWNED_RE = re.compile(r"llab-(\d+)-[A-Za-z0-9_-]+")
+JACK_LATENCY_RE = re.compile(r"port (playback|capture) latency = \[ (\d+) (\d+) \]")
+PULSE_LATENCY_RE = re.compile(r"Latency: (\d+) usec, configured (\d+) usec")
+SERVER_PROGRAMS = {"jack": "jackd", "pulse": "pulseaudio", "pulse-clock": "pacat"}
+
+ExecArgv = Callable[[str, Sequence[str]], list[str]]
+
+
+class DeviceError(RuntimeError):
+    """An audio device failed to start, or its server died; ``str()`` is one line."""
+
+
+def owned_name(pid: int, device: str) -> str:
+    """The unique name of ``device``'s server for latlab process ``pid``."""
+    return f"llab-{pid}-{device}"
+
+
+def pulse_runtime_dir(pid: int, device: str) -> Path:
+    """The runtime directory (socket, configuration) of a pulse device."""
+    return Path(tempfile.gettempdir()) / f"{owned_name(pid, device)}-pulse"
+
+
+def _run(argv: Sequence[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run a short query command; never raises for its exit status."""
+    try:
+        return subprocess.run(
+            list(argv), capture_output=True, text=True, env=env, timeout=PROBE_TIMEOUT_S
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return subprocess.CompletedProcess(list(argv), 127, "", str(exc))
+
+
+class AudioServer:
+    """One device's server process: start, readiness, environment, stop, description."""
+
+    def __init__(self, device: Device, owner_pid: int, log: Path) -> None:
+        self.device = device
+        self.name = owned_name(owner_pid, device.name)
+        self.log = log
+        self.popen: subprocess.Popen[bytes] | None = None
+        self.stopping = False
+        self.exit_code: int | None = None
+        self.reported: dict[str, Any] = {}
+        self.reported_in_run: dict[str, Any] = {}
+        self.version = ""
+
+    # Subclasses define these.
+    def argv(self) -> list[str]:
+        raise NotImplementedError
+
+    def server_env(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def client_env(self) -> dict[str, str]:
+        """Environment of every process on the device's host."""
+        raise NotImplementedError
+
+    def is_ready(self) -> bool:
+        raise NotImplementedError
+
+    def query_latency(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def query_version(self) -> str:
+        raise NotImplementedError
+
+    def prepare(self) -> None:
+        """Create what the server needs before it starts (nothing by default)."""
+
+    def remove_files(self) -> None:
+        """Remove what the server left on disk (nothing by default)."""
+
+    @property
+    def label(self) -> str:
+        """How messages name this device."""
+        return f"audio device '{self.device.name}' ({self.device.server} server {self.name})"
+
+    def start(self, exec_argv: ExecArgv) -> None:
+        """Start the server inside its host's namespace and wait until clients can use it."""
+        self._start_server(exec_argv)
+
+    def _start_server(self, exec_argv: ExecArgv) -> None:
+        self.prepare()
+        argv = exec_argv(self.device.host, self.argv())
+        program = self.argv()[0]
+        if shutil.which(program) is None:
+            raise DeviceError(f"{self.label}: {program} not found (run: bash scripts/setup.sh)")
+        with self.log.open("wb") as log:
+            self.popen = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.server_env()},
+                start_new_session=True,
+            )
+        self._await_ready()
+        self.version = self.query_version()
+        self.reported = self.query_latency()
+
+    def _await_ready(self) -> None:
+        assert self.popen is not None
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not self.is_ready():
+            if self.popen.poll() is not None:
+                raise DeviceError(
+                    f"{self.label} failed to start (exit code {self.popen.returncode}): "
+                    f"{self.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                raise DeviceError(f"{self.label} not ready after {READY_TIMEOUT_S:g} s")
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(POLL_S)
+
+    def died(self) -> bool:
+        """Whether the server ended while it should be running."""
+        return self.popen is not None and not self.stopping and self.popen.poll() is not None
+
+    def stop(self) -> None:
+        """SIGTERM (the server removes its sockets), then SIGKILL; then remove its files."""
+        self.stopping = True
+        if self.popen is not None and self.popen.returncode is None:
+            for signum, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, None)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signum)
+                try:
+                    self.popen.wait(grace)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        if self.popen is not None:
+            self.exit_code = self.popen.returncode
+        self.remove_files()
+
+    def log_tail(self, lines: int = 2) -> str:
+        """The last lines the server printed, on one line."""
+        try:
+            text = self.log.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return "(no log)"
+        useful = [line.strip() for line in text.splitlines() if line.strip()]
+        return " | ".join(useful[-lines:]) or "(nothing in its log)"
+
+    def describe(self, run_dir: Path) -> dict[str, Any]:
+        """Plain data for run.json."""
+        d = self.device
+        return {
+            "name": d.name,
+            "host": d.host,
+            "server": d.server,
+            "server_name": self.name,
+            "version": self.version,
+            "rate": d.rate,
+            "channels": d.channels,
+            "period_frames": d.period_frames,
+            "periods": d.periods,
+            "period_us": d.period_us,
+            "buffer_us": d.period_us * d.periods,
+            "reported_latency": self.reported,
+            "reported_latency_in_run": self.reported_in_run,
+            "env": self.client_env(),
+            "pid": self.popen.pid if self.popen else None,
+            "exit_code": self.exit_code,
+            "log": str(self.log.relative_to(run_dir)) if self.log.is_relative_to(run_dir) else "",
+        }
+
+
+class JackServer(AudioServer):
+    """jackd with the dummy driver."""
+
+    def argv(self) -> list[str]:
+        d = self.device
+        return [
+            "jackd", "--name", self.name,
+            "-d", "dummy", "-r", str(d.rate), "-p", str(d.period_frames),
+            "-C", str(d.channels), "-P", str(d.channels),
+        ]  # fmt: skip
+
+    def server_env(self) -> dict[str, str]:
+        return {"JACK_NO_START_SERVER": "1"}
+
+    def client_env(self) -> dict[str, str]:
+        return {"JACK_DEFAULT_SERVER": self.name, "JACK_NO_START_SERVER": "1"}
+
+    def _lsp(self) -> subprocess.CompletedProcess:
+        env = {**os.environ, **self.client_env()}
+        return _run(["jack_lsp", "-s", self.name, "-l", "system:"], env)
+
+    def is_ready(self) -> bool:
+        return self._lsp().returncode == 0
+
+    def query_latency(self) -> dict[str, Any]:
+        """JACK's port latencies of the first physical ports, in frames and ms."""
+        out: dict[str, Any] = {}
+        port = ""
+        for line in self._lsp().stdout.splitlines():
+            if not line.startswith((" ", "\t")):
+                port = line.strip()
+                continue
+            match = JACK_LATENCY_RE.search(line)
+            if not match or int(match.group(3)) == 0:
+                continue
+            key = f"{match.group(1)}_frames"
+            if key not in out and port.startswith("system:"):
+                out[key] = int(match.group(3))
+                out[f"{match.group(1)}_ms"] = int(match.group(3)) * 1000 / self.device.rate
+        return out
+
+    def query_version(self) -> str:
+        first = _run(["jackd", "--version"]).stdout.strip().splitlines()
+        return first[0] if first else ""
+
+    def remove_files(self) -> None:
+        remove_jack_files(self.name)
+
+
+class PulseServer(AudioServer):
+    """PulseAudio with one null sink (its monitor is the capture side).
+
+    Without a client, a null sink runs with its largest latency (2 s blocks), so its
+    monitor would deliver nothing for the first 2 s. Like a sound card's clock that
+    always runs, a silent ``pacat`` stream keeps it at the device's buffer size.
+    """
+
+    keeper: subprocess.Popen[bytes] | None = None
+
+    def start(self, exec_argv: ExecArgv) -> None:
+        self._start_server(exec_argv)
+        d = self.device
+        latency_ms = max(1, round(d.period_us * d.periods / 1000))
+        argv = [
+            "pacat", "--playback", "--raw", f"--server={self.client_env()['PULSE_SERVER']}",
+            f"--device={self.sink}", f"--rate={d.rate}", f"--channels={d.channels}",
+            "--format=s16le", f"--latency-msec={latency_ms}", "/dev/zero",
+        ]  # fmt: skip
+        with self.log.open("ab") as log:
+            self.keeper = subprocess.Popen(
+                exec_argv(d.host, argv),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **self.client_env()},
+                start_new_session=True,
+            )
+        self._await_device_latency(latency_ms)
+
+    def _await_device_latency(self, latency_ms: float) -> None:
+        """Wait until the null sink left its idle 2 s block (its latency is device-like)."""
+        assert self.keeper is not None
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            self.reported = self.query_latency()
+            if self.reported.get("playback_ms", float("inf")) <= 2 * latency_ms:
+                return
+            if self.died() or self.keeper.poll() is not None:
+                raise DeviceError(f"{self.label}: its null sink's stream ended: {self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise DeviceError(
+                    f"{self.label}: null sink latency still {self.reported} "
+                    f"after {READY_TIMEOUT_S:g} s"
+                )
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.keeper.wait(POLL_S)
+
+    def died(self) -> bool:
+        keeper_died = self.keeper is not None and self.keeper.poll() is not None
+        return super().died() or (not self.stopping and keeper_died)
+
+    def stop(self) -> None:
+        self.stopping = True
+        if self.keeper is not None and self.keeper.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.keeper.pid, signal.SIGKILL)
+            self.keeper.wait()
+        super().stop()
+
+    @property
+    def runtime_dir(self) -> Path:
+        return Path(tempfile.gettempdir()) / f"{self.name}-pulse"
+
+    @property
+    def sink(self) -> str:
+        return f"llab_{self.device.name}"
+
+    def prepare(self) -> None:
+        shutil.rmtree(self.runtime_dir, ignore_errors=True)
+        self.runtime_dir.mkdir(mode=0o700)
+        d = self.device
+        fragment_ms = max(1, round(d.period_frames * 1000 / d.rate))
+        (self.runtime_dir / "daemon.conf").write_text(
+            f"default-sample-rate = {d.rate}\n"
+            f"default-sample-channels = {d.channels}\n"
+            f"default-fragments = {d.periods}\n"
+            f"default-fragment-size-msec = {fragment_ms}\n"
+            "exit-idle-time = -1\n",
+            encoding="utf-8",
+        )
+
+    def argv(self) -> list[str]:
+        d = self.device
+        socket = self.runtime_dir / "native"
+        return [
+            "pulseaudio", "-n", "--daemonize=no", "--use-pid-file=no", "--system=no",
+            "--log-target=stderr", "--exit-idle-time=-1",
+            "-L", f"module-native-protocol-unix socket={socket} auth-anonymous=1",
+            "-L", f"module-null-sink sink_name={self.sink} rate={d.rate} channels={d.channels}",
+        ]  # fmt: skip
+
+    def server_env(self) -> dict[str, str]:
+        rt = str(self.runtime_dir)
+        return {
+            "HOME": rt,
+            "XDG_RUNTIME_DIR": rt,
+            "XDG_CONFIG_HOME": rt,
+            "PULSE_RUNTIME_PATH": rt,
+            "PULSE_STATE_PATH": rt,
+            "PULSE_CONFIG": str(self.runtime_dir / "daemon.conf"),
+        }
+
+    def client_env(self) -> dict[str, str]:
+        return {
+            "PULSE_SERVER": f"unix:{self.runtime_dir / 'native'}",
+            "PULSE_RUNTIME_PATH": str(self.runtime_dir),
+            "PULSE_SINK": self.sink,
+            "PULSE_SOURCE": f"{self.sink}.monitor",
+        }
+
+    def _pactl(self, *args: str) -> subprocess.CompletedProcess:
+        server = self.client_env()["PULSE_SERVER"]
+        return _run(["pactl", "--server", server, *args], {**os.environ, **self.client_env()})
+
+    def is_ready(self) -> bool:
+        return (self.runtime_dir / "native").exists() and self._pactl("info").returncode == 0
+
+    def query_latency(self) -> dict[str, Any]:
+        """The null sink's and its monitor's latency as PulseAudio reports them."""
+        out: dict[str, Any] = {}
+        for kind, what in (("sinks", "playback"), ("sources", "capture")):
+            match = PULSE_LATENCY_RE.search(self._pactl("list", kind).stdout)
+            if match:
+                out[f"{what}_ms"] = int(match.group(1)) / 1000
+                out[f"{what}_configured_ms"] = int(match.group(2)) / 1000
+        return out
+
+    def query_version(self) -> str:
+        for line in self._pactl("info").stdout.splitlines():
+            if line.startswith("Server Version:"):
+                return "pulseaudio " + line.split(":", 1)[1].strip()
+        return ""
+
+    def remove_files(self) -> None:
+        shutil.rmtree(self.runtime_dir, ignore_errors=True)
+
+
+SERVERS: dict[str, type[AudioServer]] = {"jack": JackServer, "pulse": PulseServer}
+
+
+class Devices:
+    """The audio devices of one run."""
+
+    def __init__(self, devices: Sequence[Device], log_dir: Path, owner_pid: int | None = None):
+        pid = owner_pid if owner_pid is not None else os.getpid()
+        self.servers = [
+            SERVERS[d.server](d, pid, log_dir / f"device-{d.name}.log") for d in devices
+        ]
+
+    def start_all(self, exec_argv: ExecArgv) -> None:
+        """Start every server (in file order), each ready before the next."""
+        for server in self.servers:
+            server.start(exec_argv)
+
+    def env_for(self, host: str) -> dict[str, str]:
+        """Environment that points the processes of ``host`` at its device."""
+        env: dict[str, str] = {}
+        for server in self.servers:
+            if server.device.host == host:
+                env.update(server.client_env())
+        return env
+
+    def check(self) -> None:
+        """Raise DeviceError naming the first device whose server died."""
+        for server in self.servers:
+            if server.died():
+                raise DeviceError(
+                    f"{server.label} died during the run (exit code {server.popen.returncode})"
+                )
+
+    def sample_latency(self) -> None:
+        """Record the latency each live server reports while the processes use it."""
+        for server in self.servers:
+            if server.popen is not None and server.popen.poll() is None:
+                server.reported_in_run = server.query_latency()
+
+    def stop_all(self) -> None:
+        """Stop every server that was started (reverse order) and remove its files."""
+        for server in reversed(self.servers):
+            server.stop()
+
+    def describe(self, run_dir: Path) -> list[dict[str, Any]]:
+        """Each device for run.json."""
+        return [server.describe(run_dir) for server in self.servers]
+
+
+def remove_jack_files(server_name: str) -> None:
+    """Remove a JACK server's sockets and semaphores from /dev/shm (if any are left)."""
+    if not JACK_SHM_DIR.is_dir():
+        return
+    for path in JACK_SHM_DIR.iterdir():
+        name = path.name
+        if name.startswith(f"jack_{server_name}_") or (
+            name.startswith("jack_sem.") and f"_{server_name}_" in name
+        ):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def _dead_owner(text: str) -> str | None:
+    """The latlab name in ``text`` whose owner process is gone, if any."""
+    for match in OWNED_RE.finditer(text):
+        if not pid_alive(int(match.group(1))):
+            return match.group(0)
+    return None
+
+
+def _server_processes() -> list[tuple[int, str]]:
+    """(pid, command line) of every running jackd / pulseaudio."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and os.path.basename(argv[0].decode(errors="replace")) in SERVER_PROGRAMS.values():
+            out.append((int(entry.name), " ".join(a.decode(errors="replace") for a in argv)))
+    return out
+
+
+def stale_jack_registrations() -> list[str]:
+    """JACK server names of dead latlab runs still in JACK's shared registry.
+
+    A jackd that was killed (SIGKILL) keeps its slot in ``/dev/shm/jack-shm-registry``;
+    JACK has 8 slots and frees one only when a server of the same name starts.
+    """
+    try:
+        data = JACK_REGISTRY.read_bytes()
+    except OSError:
+        return []
+    names = {m.group(1).decode() for m in JACK_REGISTRY_RE.finditer(data)}
+    return sorted(n for n in names if _dead_owner(n))
+
+
+def reclaim_jack_registration(name: str) -> None:
+    """Free a dead server's registry slot the JACK way: start a server of that name
+    (JACK reclaims the slot of a dead owner), wait until it answers, stop it (SIGTERM
+    unregisters it)."""
+    env = {**os.environ, "JACK_NO_START_SERVER": "1", "JACK_DEFAULT_SERVER": name}
+    argv = ["jackd", "--name", name, "--no-realtime", "-d", "dummy", "-p", "1024"]
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, env=env) as server:  # fmt: skip
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while server.poll() is None and time.monotonic() < deadline:
+            if _run(["jack_lsp", "-s", name], env).returncode == 0:
+                break
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                server.wait(POLL_S)
+        server.terminate()
+        try:
+            server.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    remove_jack_files(name)
+
+
+def cleanup_stale_devices() -> list[str]:
+    """Kill audio servers and remove sockets / runtime dirs of dead latlab runs.
+
+    Only names ``llab-<pid>-…`` whose ``<pid>`` is no longer alive are touched,
+    including their slots in JACK's server registry.
+    """
+    removed = []
+    for pid, cmdline in _server_processes():
+        if _dead_owner(cmdline):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            removed.append(f"process {pid}")
+    for path in JACK_SHM_DIR.iterdir() if JACK_SHM_DIR.is_dir() else ():
+        if path.name.startswith("jack") and _dead_owner(path.name):
+            with contextlib.suppress(OSError):
+                path.unlink()
+            removed.append(str(path))
+    for path in Path(tempfile.gettempdir()).glob("llab-*-pulse"):
+        if _dead_owner(path.name):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(str(path))
+    if shutil.which("jackd"):
+        for name in stale_jack_registrations():
+            reclaim_jack_registration(name)
+            removed.append(f"JACK registration {name}")
+    return removed
