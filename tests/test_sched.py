@@ -183,7 +183,7 @@ def test_chrt_reads_the_policy(tmp_path: Path) -> None:
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 @pytest.mark.skipif(not is_built(), reason="tracer not built")
 def test_deadline_process_runs(tmp_path: Path) -> None:
-    text = scenario_text("other", "deadline:1000/10000/10000", duration=2)
+    text = scenario_text("other", "deadline:500/10000/10000", duration=2)
     out = tmp_path / "run"
     run_scenario(parse_scenario(text, "s.toml"), out, progress=False)
     run_json = json.loads((out / "run.json").read_text())
@@ -193,7 +193,7 @@ def test_deadline_process_runs(tmp_path: Path) -> None:
     ready = sched["threads_at_ready"]
     assert {t["policy"] for t in ready} == {"deadline"}
     assert {(t["runtime_us"], t["deadline_us"], t["period_us"]) for t in ready} == {
-        (1000, 10000, 10000)
+        (500, 10000, 10000)
     }
     assert sender["stopped"] == "sigint" and sender["exit_code"] == 0
     summary, _, _ = analyze_run(out)

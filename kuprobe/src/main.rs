@@ -12,7 +12,7 @@
 //! Events go to a latlab trace file `LATLAB_TRACE_DIR/LATLAB_PROCESS-PID.lltrace`:
 //! pad `kernel:src` (a source element) pushes each packet at the kernel's time into
 //! the sink element `app`, which renders it (`done`) at the read time. Prints
-//! `ready` once it listens; SIGINT or SIGTERM close the trace cleanly.
+//! `ready` once the kernel stamps its packets; SIGINT or SIGTERM close the trace cleanly.
 
 mod trace;
 
@@ -30,6 +30,9 @@ const PAD_ID: u32 = 1;
 const FLUSH_NS: u64 = 100_000_000;
 const MAX_PACKET: usize = 65536;
 const PAIR_MAX_NS: u64 = 2_000;
+const WARMUP_MARKER: &[u8] = b"latlab-kuprobe warm-up";
+const WARMUP_TRIES: usize = 2000; // 1 ms apart
+
 const PAIR_TRIES: usize = 4;
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -198,6 +201,39 @@ fn software_stamp(msg: &libc::msghdr) -> Option<u64> {
     None
 }
 
+/// Wait until the kernel stamps received packets: enabling timestamping switches on a
+/// static key in a deferred work item, so the first packets after `setsockopt` can
+/// arrive without a stamp. Sends marker packets to the probe's own port over the local
+/// address until one comes back stamped (other packets meanwhile are not recorded).
+fn wait_stamping(fd: libc::c_int, args: &Args) -> Result<(), String> {
+    let target = if args.bind.is_unspecified() {
+        std::net::Ipv4Addr::LOCALHOST
+    } else {
+        args.bind
+    };
+    let sender = std::net::UdpSocket::bind((target, 0)).map_err(|e| format!("warm-up: {e}"))?;
+    let mut buf = vec![0u8; MAX_PACKET];
+    let mut control = [0u64; 64];
+    for _ in 0..WARMUP_TRIES {
+        sender
+            .send_to(WARMUP_MARKER, (target, args.port))
+            .map_err(|e| format!("warm-up send: {e}"))?;
+        while let Some(packet) = receive(fd, &mut buf, &mut control) {
+            if &buf[..packet.size] == WARMUP_MARKER {
+                if packet.kernel_realtime_ns.is_some() {
+                    return Ok(());
+                }
+                break;
+            }
+        }
+        if STOP.load(Ordering::SeqCst) {
+            return Err("stopped before receive timestamps were enabled".into());
+        }
+        thread::sleep(std::time::Duration::from_millis(1));
+    }
+    Err("the kernel gives no software receive timestamps".into())
+}
+
 fn trace_path(process: &str, pid: u32) -> PathBuf {
     let dir = std::env::var_os("LATLAB_TRACE_DIR")
         .filter(|d| !d.is_empty())
@@ -260,6 +296,7 @@ fn run(args: &Args) -> Result<Counts, String> {
     let fd = open_socket(args)?;
     let (mut writer, path) = open_trace(&process, pid, tid)?;
     install_signal_handlers();
+    wait_stamping(fd, args)?;
     let (tx, rx) = mpsc::channel::<Vec<u8>>();
     let writer_thread = thread::Builder::new()
         .name("kuprobe-writer".into())

@@ -23,6 +23,7 @@ SCHED_OTHER so that it can create the threads it needs to shut down.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import platform
 import time
@@ -233,7 +234,10 @@ def apply_deadline(pid: int, policy: SchedPolicy) -> list[dict[str, Any]]:
         try:
             set_deadline(tid, policy)
         except OSError as exc:
-            entry.update(ok=False, error=exc.strerror)
+            reason = exc.strerror
+            if exc.errno == errno.EBUSY:
+                reason = "the kernel's SCHED_DEADLINE bandwidth is used up (EBUSY)"
+            entry.update(ok=False, error=reason)
         current = thread_policy(tid)
         entry["comm"] = current["comm"] if current else None
         results.append(entry)
