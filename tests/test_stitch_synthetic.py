@@ -107,3 +107,11 @@ def test_an_emulated_link_becomes_two_probes_of_the_journey(tmp_path: Path) -> N
     assert journeys.counts["late"] == 0
     link_segment = next(s for s in stream.segments if s.to_probe == "link/tx->rx:out")
     assert link_segment.stats["p50_ms"] > 19.0
+
+
+def test_receiver_timestamps_with_skew_leave_no_gaps(tmp_path: Path) -> None:
+    """A jitter buffer in slave mode stretches PTS; re-framed buffers keep nominal durations."""
+    params = SyntheticRtpAudio(units=3000, receiver_skew_ppm=6400, split=5 * MS)
+    _, _, journeys, expected = _stitch(tmp_path, params)
+    assert journeys.complete.sum() == len(journeys.complete)
+    np.testing.assert_array_equal(journeys.times, expected)

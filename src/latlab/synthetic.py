@@ -46,6 +46,7 @@ class SyntheticRtpAudio:
     reorder: float = 0.0
     seq_start: int = 65_000  # wraps within a few seconds
     seed: int = 1
+    receiver_skew_ppm: int = 0  # receiver PTS run this much faster than the media
     link_in_delay: int = 0  # > 0: an emulated link logs each packet this long after the send
     link_out_before: int = 40 * US  # ... and releases it this long before the receiver reads it
     sender_base: int = 1_000_000 * MS
@@ -145,7 +146,8 @@ def make_rtp_audio_run(out_dir: Path, params: SyntheticRtpAudio | None = None) -
 
     # Receiver: the jitter buffer releases packet m at a fixed schedule; late ones are dropped.
     recv_pts0 = int(first_arrival[kept][0]) - p.receiver_base
-    recv_pts = recv_pts0 + s.pkt_pts
+    # The jitter buffer may re-stamp packets with its skew estimate (mode=slave).
+    recv_pts = recv_pts0 + s.pkt_pts * (1_000_000 + p.receiver_skew_ppm) // 1_000_000
     jb_out = p.receiver_base + recv_pts + p.jitterbuffer_latency
     released = kept & (first_arrival <= jb_out)
     depay = jb_out + p.depay_delay
@@ -169,7 +171,7 @@ def make_rtp_audio_run(out_dir: Path, params: SyntheticRtpAudio | None = None) -
         (split_pts, split_push, render),
     )
     truth, names = _truth(
-        p, s, first_arrival, released, (jb_out, depay), (split_pts, split_push, render, recv_pts0)
+        p, s, first_arrival, released, (jb_out, depay), (split_pts, split_push, render, recv_pts)
     )
     events = (
         4 * len(s.src_pts) // 2
@@ -305,13 +307,13 @@ def _write_receiver(out_dir, p, s, arrivals, rel, jb, split) -> None:
 def _truth(p, s, first_arrival, released, jb, split):
     """True passage times per 10 ms unit (-1 where the unit never passed)."""
     jb_out, depay = jb
-    split_pts, split_push, render, recv_pts0 = split
+    split_pts, split_push, render, recv_pts = split
     u = np.arange(p.units, dtype=np.int64)
     m = (u * p.source_period) // p.ptime  # packet holding the unit's end
     unit_end_rel = (u * p.source_period + p.source_period - 1) - m * p.ptime
     sub = unit_end_rel // p.split
     # Position of the split buffer holding the unit's end, in the receiver's PTS.
-    key = recv_pts0 + m * p.ptime + sub * p.split
+    key = recv_pts[m] + sub * p.split
     where = np.searchsorted(split_pts, key)
     where_c = np.minimum(where, len(split_pts) - 1)
     has_split = (where < len(split_pts)) & (split_pts[where_c] == key) & released[m]

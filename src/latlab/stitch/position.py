@@ -168,29 +168,26 @@ def receiver_knots(ev: ProbeEvents, table: PacketTable, ssrc: int) -> tuple[np.n
 
 
 def map_through_knots(pts: np.ndarray, knots_x: np.ndarray, knots_y: np.ndarray) -> np.ndarray:
-    """Piecewise-linear map of receiver PTS to positions, slope 1 beyond the knots."""
+    """Map receiver PTS to positions: the latest knot at or before it, plus the offset.
+
+    Offsets from a packet's PTS are media time (a depayloader, decoder or
+    splitter counts samples from it), even where the packets' own PTS are
+    stretched by a skew-correcting jitter buffer, so nothing is interpolated.
+    """
     if len(knots_x) == 0:
         return np.full(len(pts), MISSING, np.int64)
-    x = pts.astype(np.float64)
-    kx = knots_x.astype(np.float64)
-    ky = knots_y.astype(np.float64)
-    y = np.interp(x, kx, ky)
-    below = np.flatnonzero(x < kx[0])
-    y[below] = ky[0] + (x[below] - kx[0])
-    above = np.flatnonzero(x > kx[-1])
-    y[above] = ky[-1] + (x[above] - kx[-1])
-    return np.rint(y, out=y).astype(np.int64)
+    i = np.maximum(np.searchsorted(knots_x, pts, side="right") - 1, 0)
+    return knots_y[i] + (pts - knots_x[i])
 
 
 def mapped_ranges(ev: ProbeEvents, knots: tuple[np.ndarray, np.ndarray]) -> Ranges:
-    """Ranges of raw media in a receiving process, mapped through the knots."""
+    """Ranges of raw media in a receiving process: PTS mapped through the knots, durations kept."""
     ok = ev.pts >= 0
     ev = ev.select(ok)
     start = map_through_knots(ev.pts, *knots)
-    end_pts = np.where(ev.duration > 0, ev.pts + ev.duration, -1)
-    end = map_through_knots(end_pts, *knots)
-    if np.any(end_pts < 0):
-        end = np.where(end_pts < 0, _ends_from_starts(start), end)
+    end = start + ev.duration
+    if np.any(ev.duration <= 0):
+        end = np.where(ev.duration > 0, end, _ends_from_starts(start))
     return Ranges(start, end, ev.t_ns, ev.thread)
 
 
