@@ -232,7 +232,9 @@ def _segment_kind(before: Probe, after: Probe) -> str:
     if before.process != after.process:
         return "network"
     if after.is_render:
-        return "network" if after.factory in NETWORK_SINKS else "playout"
+        # A network source read straight by its application (kernel -> app) is network too.
+        receive_path = before.element_is_source and "Network" in before.klass
+        return "network" if after.factory in NETWORK_SINKS or receive_path else "playout"
     if "jitterbuffer" in after.factory:
         return "jitterbuffer"
     if after.factory in QUEUE_FACTORIES:
