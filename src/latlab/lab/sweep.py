@@ -20,11 +20,12 @@ from typing import Any
 import numpy as np
 from rich.console import Console
 
+from latlab.analysis.residual import residual_figures
 from latlab.analysis.segments import StreamAnalysis
 from latlab.analysis.stats import Samples
 from latlab.lab import rundir
 from latlab.lab.runner import run_scenario
-from latlab.lab.scenario import Scenario, ScenarioError, parse_scenario, point_name
+from latlab.lab.scenario import Analysis, Scenario, ScenarioError, parse_scenario, point_name
 from latlab.lab.signals import Terminated, signals_deferred, sigterm_raises
 from latlab.pipeline import analyze_run
 from latlab.tracer import plugin_dir
@@ -133,8 +134,9 @@ def _run_point(
     point_dir = out_dir / entry["dir"]
     try:
         run_scenario(point.scenario, point_dir, progress=progress)
-        summary, _, streams = analyze_run(point_dir, unit_ms or point.scenario.analysis.unit_ms)
-        entry.update(point_figures(summary, streams))
+        analysis = point.scenario.analysis
+        summary, _, streams = analyze_run(point_dir, unit_ms or analysis.unit_ms)
+        entry.update(point_figures(summary, streams, analysis))
         entry["status"] = "ok"
     except (KeyboardInterrupt, Terminated) as exc:
         entry["status"] = "interrupted"
@@ -146,9 +148,22 @@ def _run_point(
         entry["error"] = _one_line(exc)
 
 
-def point_figures(summary: dict[str, Any], streams: list[StreamAnalysis]) -> dict[str, Any]:
-    """What sweep.json keeps of one analysed point: per stream figures and resources."""
+def point_figures(
+    summary: dict[str, Any], streams: list[StreamAnalysis], analysis: Analysis | None = None
+) -> dict[str, Any]:
+    """What sweep.json keeps of one analysed point: per stream figures and resources.
+
+    When ``analysis`` sets both ``configured_latency_ms`` and ``period_ms``, each
+    stream also gets ``residual`` (:func:`latlab.analysis.residual.residual_figures`).
+    """
     figures = [_stream_figures(s, a) for s, a in zip(summary["streams"], streams, strict=True)]
+    configured = analysis.configured_latency_ms if analysis else None
+    period = analysis.period_ms if analysis else None
+    if configured is not None and period is not None:
+        for figure, stream in zip(figures, summary["streams"], strict=True):
+            figure["residual"] = residual_figures(
+                stream["end_to_end"], stream["segments"], configured, period
+            )
     return {
         "duration_s": summary["run"].get("duration_s"),
         "streams": figures,

@@ -11,6 +11,13 @@ from rich.text import Text
 
 KINDS = ("capture", "processing", "queue", "network", "jitterbuffer", "playout", "other")
 LABELS = {"jitterbuffer": "jitter\nbuffer"}
+RESIDUAL_PARTS = ("capture", "transit", "receiver")
+RESIDUAL_HEADERS = ["Δt_c", "t_p", "r\np50", "r\np99", *(f"r in\n{p}" for p in RESIDUAL_PARTS)]
+RESIDUAL_CAPTION = (
+    "; Δt_c: configured latency, t_p: period, r = e2e - Δt_c - t_p; r in PART: mean time "
+    "in that part minus what the configuration implies (capture: t_p, transit: 0, "
+    "receiver: Δt_c), adding up to the mean r"
+)
 
 
 def _ms(value: float | None) -> str:
@@ -22,6 +29,22 @@ def _kinds(points: list[dict[str, Any]]) -> list[str]:
     """Segment kinds seen in any point, in path order (capture first, playout last)."""
     seen = {k for p in points for s in p.get("streams", []) for k in s.get("kinds", {})}
     return [k for k in KINDS if k in seen] + sorted(seen - set(KINDS))
+
+
+def _has_residual(points: list[dict[str, Any]]) -> bool:
+    """Whether any point's streams carry the residual (configured latency and period set)."""
+    return any("residual" in s for p in points for s in p.get("streams", []))
+
+
+def _residual_cells(stream: dict[str, Any]) -> list[str]:
+    """Δt_c, t_p, r at p50 and p99, and the mean residual per part of the path."""
+    res = stream.get("residual")
+    if not res:
+        return ["-"] * (4 + len(RESIDUAL_PARTS))
+    excess = res.get("excess_ms", {})
+    cells = [_ms(res.get("configured_latency_ms")), _ms(res.get("period_ms"))]
+    cells += [_ms(res.get("p50_ms")), _ms(res.get("p99_ms"))]
+    return cells + [_ms(excess.get(part)) for part in RESIDUAL_PARTS]
 
 
 def _value(value: Any) -> str:
@@ -37,6 +60,7 @@ def comparison_table(sweep: dict[str, Any]) -> Table:
     kinds = _kinds(points)
     many_streams = any(len(p.get("streams", [])) > 1 for p in points)
     with_cpu = any(p.get("resources") for p in points)
+    with_residual = _has_residual(points)
     failed = sum(p["status"] != "ok" for p in points)
     title = (
         f"sweep {sweep.get('name', '')}  ·  {sweep.get('sweep', {}).get('mode', '')}  ·  "
@@ -54,7 +78,10 @@ def comparison_table(sweep: dict[str, Any]) -> Table:
     headers = [*names, *(["stream"] if many_streams else []), "e2e\np50", "e2e\np99"]
     headers += [*(LABELS.get(k, k) for k in kinds), "lost", "late"]
     headers += ["CPU\n%"] if with_cpu else []
-    rows = [r for p in points for r in _rows(p, names, kinds, many_streams, with_cpu)]
+    headers += RESIDUAL_HEADERS if with_residual else []
+    rows = [
+        r for p in points for r in _rows(p, names, kinds, many_streams, with_cpu, with_residual)
+    ]
     for i, header in enumerate(headers):  # wide enough that no figure is cut
         cells = [len(row[i]) if isinstance(row[i], str) else row[i].cell_len for row in rows]
         width = max([len(word) for word in header.split()] + cells)
@@ -64,18 +91,25 @@ def comparison_table(sweep: dict[str, Any]) -> Table:
     table.caption = (
         "ms; each segment kind: p50 of the time a unit spent in all segments of that kind"
         + ("; CPU: all processes, % of one core" if with_cpu else "")
+        + (RESIDUAL_CAPTION if with_residual else "")
     )
     table.caption_justify = "left"
     return table
 
 
 def _rows(
-    point: dict[str, Any], names: list[str], kinds: list[str], many: bool, cpu: bool
+    point: dict[str, Any],
+    names: list[str],
+    kinds: list[str],
+    many: bool,
+    cpu: bool,
+    residual: bool = False,
 ) -> list[list[Any]]:
     values = [_value(point.get("values", {}).get(n, "")) for n in names]
     streams = point.get("streams", [])
     if point["status"] != "ok" or not streams:
         width = 2 + len(kinds) + 2 + int(many) + int(cpu)
+        width += len(RESIDUAL_HEADERS) if residual else 0
         status = point["status"] if point["status"] != "ok" else "no streams"
         return [[*values, Text(status, style="bold red"), *([""] * (width - 1))]]
     rows = []
@@ -89,6 +123,8 @@ def _rows(
             resources = point.get("resources") or {}
             total = resources.get("cpu_pct_total")
             row.append("-" if total is None else f"{total:.1f}")
+        if residual:
+            row += _residual_cells(stream)
         rows.append(row)
     return rows
 
