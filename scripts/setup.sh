@@ -12,6 +12,7 @@ APT_PACKAGES=(
     libgstreamer-plugins-base1.0-dev pkg-config build-essential iproute2 iputils-ping
     python3 python3-venv procps
     jackd2 pulseaudio pulseaudio-utils
+    ethtool
 )
 
 log() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
@@ -53,6 +54,11 @@ build_kuprobe() {
     cargo build --release --quiet --manifest-path kuprobe/Cargo.toml
 }
 
+build_linkemu() {
+    log "building the link emulator (linkemu/, cargo build --release)"
+    cargo build --release --quiet --manifest-path linkemu/Cargo.toml
+}
+
 python_environment() {
     if [ ! -x .venv/bin/python ]; then
         log "creating the Python environment (.venv)"
@@ -70,5 +76,6 @@ install_debian_packages
 find_cargo
 build_tracer
 build_kuprobe
+build_linkemu
 python_environment
 log "ready: ./latlab --help"

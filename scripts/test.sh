@@ -15,5 +15,8 @@ cargo test --release --quiet --manifest-path tracer/Cargo.toml
 cargo fmt --manifest-path kuprobe/Cargo.toml -- --check
 cargo clippy --release --quiet --manifest-path kuprobe/Cargo.toml -- -D warnings
 cargo test --release --quiet --manifest-path kuprobe/Cargo.toml
+cargo fmt --manifest-path linkemu/Cargo.toml -- --check
+cargo clippy --release --quiet --manifest-path linkemu/Cargo.toml -- -D warnings
+cargo test --release --quiet --manifest-path linkemu/Cargo.toml
 echo "== pytest"
 .venv/bin/pytest -q "$@"

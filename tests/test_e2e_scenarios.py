@@ -57,15 +57,17 @@ def test_shipped_scenario_runs(path: Path, tmp_path: Path) -> None:
     check_contract(summary)
     check_contract(json.loads((out / "summary.json").read_text()))
     assert summary["streams"]
+    lossless = not any(link.impaired for link in scenario.links)  # configured loss may lose
     for stream in summary["streams"]:  # ku-latency has one stream per packet time
-        check_stream(stream)
+        check_stream(stream, lossless)
     assert not [ns for ns in list_namespaces() if ns.startswith(f"llab-{os.getpid()}-")]
 
 
-def check_stream(stream: dict) -> None:
+def check_stream(stream: dict, lossless: bool) -> None:
     """A shipped scenario's stream: complete, lossless, no implausible negative segment."""
     assert stream["complete_units"] > 200
-    assert stream["lost"] == 0
+    if lossless:
+        assert stream["lost"] == 0
     for seg in stream["segments"]:
         if seg["kind"] in ("processing", "queue", "jitterbuffer", "playout"):
             assert seg["min_ms"] >= 0, f"negative segment {seg['from']} -> {seg['to']}"

@@ -128,7 +128,7 @@ def test_load_missing_file(tmp_path: Path) -> None:
         ("[hosts.tx]", "[hosts.tx]\nos = 1", "hosts.tx: unknown key 'os' (known: none)"),
         ("[hosts.tx]", '[hosts."t x"]', "hosts.t x: invalid name 't x'"),
         ('name = "l16-basic"', 'name = "l16-basic"\nnmae = 1', "unknown key 'nmae'"),
-        ("between = [", "betwen = [", "links[0]: unknown key 'betwen' (known: between)"),
+        ("between = [", "betwen = [", "links[0]: unknown key 'betwen' (known: between, "),
         ('GST_DEBUG = "2"', '"GST DEBUG" = "2"', "invalid environment variable name"),
         ('GST_DEBUG = "2"', "GST_DEBUG = [2]", "processes.receiver.env.GST_DEBUG: must be"),
         ("latency = 20", "latency = [20]", "params.latency: must be a string, number or boolean"),

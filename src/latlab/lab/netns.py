@@ -7,6 +7,8 @@ found and removed without touching anything else:
 * veth ends ``ll<pid>v<i>a`` / ``ll<pid>v<i>b`` for link ``i`` (at most 15 characters)
 
 Link ``i`` gets the subnet ``10.77.<i>.0/30``: its first host ``.1``, its second ``.2``.
+An impaired link goes through a router namespace ``llab-<pid>-l<i>`` running the link
+emulator (router-side veth ends ``ll<pid>r<i>a|b``; see :mod:`latlab.lab.links`).
 A host's address is the address of its first link (``127.0.0.1`` without links).
 All commands run ``ip`` (iproute2) with argument lists; nothing passes through a shell.
 """
@@ -20,12 +22,16 @@ import os
 import re
 import signal
 import subprocess
-from collections.abc import Sequence
+import tempfile
+import threading
+from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from latlab.lab import links as emulated
 from latlab.lab.signals import signals_deferred, sigterm_raises
 
 if TYPE_CHECKING:
@@ -33,7 +39,7 @@ if TYPE_CHECKING:
 
 NS_PREFIX = "llab-"
 NS_RE = re.compile(r"^llab-(\d+)-(.+)$")
-VETH_RE = re.compile(r"^ll(\d+)v(\d+)[ab]$")
+VETH_RE = re.compile(r"^ll(\d+)[vr](\d+)[ab]$")
 IFNAMSIZ = 15
 SUBNET_BASE = "10.77"
 MAX_LINKS = 256
@@ -175,24 +181,52 @@ class Lab:
         links: Sequence[tuple[str, str]] = (),
         *,
         owner_pid: int | None = None,
+        run_dir: Path | None = None,
+        link_configs: Sequence[Mapping[str, Any] | None] = (),
+        exited: threading.Event | None = None,
     ) -> None:
+        """``link_configs[i]``: emulator configuration of link ``i`` (None: direct veth).
+
+        Emulated links log to ``run_dir/links/`` (a new temporary directory without
+        ``run_dir``); ``exited`` is set when an emulator exits.
+        """
         self.pid = owner_pid if owner_pid is not None else os.getpid()
         self.hosts = list(hosts)
         for a, b in links:
             if a not in self.hosts or b not in self.hosts or a == b:
                 raise LabError(f"bad link between '{a}' and '{b}' (hosts: {self.hosts})")
         self.links = plan_links(self.pid, links)
+        self.link_configs = list(link_configs) + [None] * (len(links) - len(link_configs))
+        self.run_dir = run_dir
+        self.exited = exited
+        self.emulators: dict[int, emulated.Emulator] = {}
+        self._check_router_names()
         self._created: list[str] = []
         self._stack = ExitStack()
 
     @classmethod
-    def from_scenario(cls, scenario: Scenario, *, owner_pid: int | None = None) -> Lab:
-        """A lab with the scenario's hosts and links.
+    def from_scenario(
+        cls,
+        scenario: Scenario,
+        *,
+        run_dir: Path | None = None,
+        exited: threading.Event | None = None,
+        owner_pid: int | None = None,
+    ) -> Lab:
+        """A lab with the scenario's hosts and links (impaired links through the emulator).
 
         ``owner_pid`` names the owner (default: this process; STANDING_OWNER for ``lab up``).
         """
         links = [(link.a, link.b) for link in scenario.links]
-        return cls(scenario.host_names(), links, owner_pid=owner_pid)
+        configs = [emulated.emulator_config(link) for link in scenario.links]
+        return cls(
+            scenario.host_names(),
+            links,
+            run_dir=run_dir,
+            link_configs=configs,
+            exited=exited,
+            owner_pid=owner_pid,
+        )
 
     def namespace(self, host: str) -> str:
         """Namespace name of ``host``."""
@@ -223,10 +257,27 @@ class Lab:
                 "between": [p.a, p.b],
                 "interfaces": [p.veth_a, p.veth_b],
                 "addrs": [f"{p.addr_a}/{p.prefix_len}", f"{p.addr_b}/{p.prefix_len}"],
+                **self._describe_backend(p),
             }
             for p in self.links
         ]
         return {"hosts": hosts, "links": links}
+
+    def _describe_backend(self, plan: LinkPlan) -> dict[str, Any]:
+        emulator = self.emulators.get(plan.index)
+        if emulator is not None:
+            return emulator.describe(self.run_dir)
+        config = self.link_configs[plan.index]
+        if config is not None:  # never started
+            return {"backend": emulated.BACKEND_EMULATOR, "config": config, "log": None}
+        return {"backend": emulated.BACKEND_DIRECT, "config": None, "log": None}
+
+    def check_links(self) -> None:
+        """LabError naming the link if an emulator has died."""
+        try:
+            emulated.check_emulators(list(self.emulators.values()))
+        except emulated.LinkError as exc:
+            raise LabError(str(exc)) from None
 
     def up(self) -> Lab:
         """Create namespaces and links; on any failure, remove what was created and re-raise."""
@@ -243,8 +294,10 @@ class Lab:
         return self
 
     def down(self) -> None:
-        """Delete exactly the namespaces this lab created (with their veths and processes)."""
+        """Stop the link emulators, then delete exactly the namespaces this lab created."""
         with signals_deferred():
+            for emulator in self.emulators.values():
+                emulator.stop()
             errors = []
             while self._created:
                 namespace = self._created[-1]
@@ -289,8 +342,54 @@ class Lab:
 
     def _add_link(self, link: LinkPlan) -> None:
         ns_a, ns_b = self.namespace(link.a), self.namespace(link.b)
+        config = self.link_configs[link.index]
+        if config is not None:
+            self._add_router(link, config)
+            return
         ip("link", "add", "name", link.veth_a, "netns", ns_a, "type", "veth",
            "peer", "name", link.veth_b, "netns", ns_b)  # fmt: skip
+        self._address_hosts(link)
+
+    def _address_hosts(self, link: LinkPlan) -> None:
+        ns_a, ns_b = self.namespace(link.a), self.namespace(link.b)
         for ns, dev, addr in ((ns_a, link.veth_a, link.addr_a), (ns_b, link.veth_b, link.addr_b)):
             ip("-n", ns, "addr", "add", f"{addr}/{link.prefix_len}", "dev", dev)
             ip("-n", ns, "link", "set", dev, "up")
+
+    def _check_router_names(self) -> None:
+        for plan in self.links:
+            if self.link_configs[plan.index] is None:
+                continue
+            router = emulated.router_namespace(self.pid, plan.index)
+            if router in (namespace_name(self.pid, h) for h in self.hosts):
+                raise LabError(f"host name '{router.split('-', 2)[2]}' is reserved for link "
+                               f"{plan.index}'s router namespace; rename the host")  # fmt: skip
+            for name in emulated.router_ifaces(self.pid, plan.index):
+                if len(name) > IFNAMSIZ:
+                    raise LabError(f"interface name '{name}' longer than {IFNAMSIZ} characters")
+
+    def _add_router(self, link: LinkPlan, config: Mapping[str, Any]) -> None:
+        """Host a <-> router namespace (running the emulator) <-> host b."""
+        router = emulated.router_namespace(self.pid, link.index)
+        r_a, r_b = emulated.router_ifaces(self.pid, link.index)
+        self._add_namespace(router, set(list_namespaces()))
+        ends = ((link.a, link.veth_a, r_a), (link.b, link.veth_b, r_b))
+        for host, veth, r_dev in ends:
+            ip("link", "add", "name", veth, "netns", self.namespace(host), "type", "veth",
+               "peer", "name", r_dev, "netns", router)  # fmt: skip
+            ip("-n", router, "link", "set", r_dev, "addrgenmode", "none")
+            ip("-n", router, "link", "set", r_dev, "up")
+        try:
+            cpu = emulated.release_cpu()
+            for host, veth, r_dev in ends:
+                for namespace, dev in ((self.namespace(host), veth), (router, r_dev)):
+                    emulated.disable_offloads(namespace, dev)
+                    if cpu is not None:
+                        emulated.steer_receive_away(namespace, dev, cpu)
+            self._address_hosts(link)
+            out = (self.run_dir or Path(tempfile.mkdtemp(prefix="llab-links-"))) / "links"
+            emulator = emulated.Emulator(link, router, (r_a, r_b), config, out, self.exited)
+            self.emulators[link.index] = emulator
+            emulator.start(os.environ)
+        except emulated.LinkError as exc:
+            raise LabError(str(exc)) from None

@@ -23,7 +23,7 @@ from typing import Any
 
 from latlab.lab import rundir
 from latlab.lab.devices import DeviceError, Devices, cleanup_stale_devices
-from latlab.lab.netns import Lab, cleanup_stale
+from latlab.lab.netns import Lab, LabError, cleanup_stale
 from latlab.lab.process import ChildProcess
 from latlab.lab.resources import RESOURCES_FILE, ResourceSampler
 from latlab.lab.scenario import Process, Scenario
@@ -153,7 +153,9 @@ class _Run:
     def execute(self) -> RunResult:
         with sigterm_raises():
             try:
-                with Lab.from_scenario(self.scenario) as lab:
+                with Lab.from_scenario(
+                    self.scenario, run_dir=self.out_dir, exited=self.exited
+                ) as lab:
                     self.lab = lab
                     self.sampler.start()
                     try:
@@ -296,13 +298,24 @@ class _Run:
                 if self.exited.wait(min(remaining, PROGRESS_TICK_S)):
                     self._fail_early_exit()
                 self._check_devices()
+                self._check_links()
                 update(duration - max(remaining, 0))
             update(duration)
         self.measure_end_ns = time.monotonic_ns()
 
+    def _check_links(self) -> None:
+        """RunError naming the link if its emulator died."""
+        assert self.lab is not None
+        try:
+            self.lab.check_links()
+        except LabError as exc:
+            self.measure_end_ns = self.measure_end_ns or time.monotonic_ns()
+            raise RunError(str(exc)) from None
+
     def _fail_early_exit(self) -> None:
         self.measure_end_ns = time.monotonic_ns()
         self._check_devices()  # a dead audio server is the cause of its clients' exit
+        self._check_links()
         for _, child in self.children:
             if child.eof:
                 code = child.exit_code()

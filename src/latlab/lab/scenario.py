@@ -61,9 +61,32 @@ TOP_KEYS = (
     "sweep",
     "devices",
 )
-ANALYSIS_KEYS = ("unit_ms", "configured_latency_ms", "period_ms")
+ANALYSIS_KEYS = ("unit_ms",)
 HOST_KEYS: tuple[str, ...] = ()
-LINK_KEYS = ("between",)
+IMPAIRMENT_KEYS = (
+    "delay_ms",
+    "jitter_ms",
+    "jitter_dist",
+    "loss_pct",
+    "loss_model",
+    "ge_p",
+    "ge_r",
+    "ge_h",
+    "ge_k",
+    "rate_kbit",
+    "queue_ms",
+    "reorder_pct",
+    "duplicate_pct",
+)
+LINK_KEYS = ("between", *IMPAIRMENT_KEYS, "reverse", "schedule")
+SCHEDULE_KEYS = ("at_s", "direction", *IMPAIRMENT_KEYS)
+PERCENT_KEYS = ("loss_pct", "ge_p", "ge_r", "ge_h", "ge_k", "reorder_pct", "duplicate_pct")
+GE_KEYS = ("ge_p", "ge_r", "ge_h", "ge_k")
+CHOICES = {
+    "jitter_dist": ("uniform", "normal", "pareto"),
+    "loss_model": ("bernoulli", "gilbert-elliott"),
+    "direction": ("forward", "reverse", "both"),
+}
 PROCESS_KEYS = ("host", "pipeline", "env", "command", "sched")
 HOST_ATTRS = ("addr",)
 DEVICE_KEYS = ("host", "server", "rate", "period_frames", "periods", "channels")
@@ -77,17 +100,9 @@ class ScenarioError(ValueError):
 
 @dataclass(frozen=True)
 class Analysis:
-    """Analysis settings: ``unit_ms`` is the length of the audio unit followed.
-
-    ``configured_latency_ms`` (the latency the receiver is configured for, Δt_c) and
-    ``period_ms`` (the capture period, t_p) are optional; when both are set, reports
-    show the residual r = Δt_r - Δt_c - t_p of the measured end-to-end delay Δt_r
-    (see :mod:`latlab.analysis.residual`).
-    """
+    """Analysis settings: ``unit_ms`` is the length of the audio unit followed."""
 
     unit_ms: float = 10
-    configured_latency_ms: float | None = None
-    period_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -99,15 +114,29 @@ class Host:
 
 @dataclass(frozen=True)
 class Link:
-    """A point-to-point link (a veth pair in the lab) between two hosts."""
+    """A point-to-point link between two hosts: a veth pair, or through the link emulator.
+
+    ``impairment`` holds the impairment keys given for both directions (forward is
+    a -> b), ``reverse`` the overrides for b -> a, and ``schedule`` the
+    ``[[links.schedule]]`` entries (``at_s``, optional ``direction`` and impairment keys)
+    in time order.
+    """
 
     a: str
     b: str
+    impairment: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    reverse: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    schedule: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def between(self) -> tuple[str, str]:
         """The two hosts, in file order."""
         return (self.a, self.b)
+
+    @property
+    def impaired(self) -> bool:
+        """Whether the link has any impairment (and so goes through the emulator)."""
+        return bool(self.impairment or self.reverse or self.schedule)
 
 
 @dataclass(frozen=True)
@@ -355,7 +384,7 @@ class _Parser:
         analysis = self.analysis(data.get("analysis", {}))
         hosts = self.hosts(data.get("hosts", {}))
         names = [h.name for h in hosts]
-        links = self.links(data.get("links", []), names)
+        links = self.links(data.get("links", []), names, duration)
         devices = self.devices(data.get("devices", {}), names)
         self.device_refs = {d.name: d.refs() for d in devices}
         processes = ()
@@ -385,22 +414,9 @@ class _Parser:
 
     def analysis(self, value: Any) -> Analysis:
         table = self.table(value, "analysis", ANALYSIS_KEYS)
-        unit_ms = table.get("unit_ms")
-        configured = table.get("configured_latency_ms")
-        period = table.get("period_ms")
-        return Analysis(
-            unit_ms=10 if unit_ms is None else self.positive(unit_ms, "analysis.unit_ms"),
-            configured_latency_ms=None
-            if configured is None
-            else self.non_negative(configured, "analysis.configured_latency_ms"),
-            period_ms=None if period is None else self.positive(period, "analysis.period_ms"),
-        )
-
-    def non_negative(self, value: Any, where: str) -> float:
-        ok = isinstance(value, int | float) and not isinstance(value, bool)
-        if not ok or not 0 <= value < float("inf"):
-            raise self.fail(where, f"must be a non-negative number, not {value!r}")
-        return value
+        if "unit_ms" not in table:
+            return Analysis()
+        return Analysis(unit_ms=self.positive(table["unit_ms"], "analysis.unit_ms"))
 
     def hosts(self, value: Any) -> tuple[Host, ...]:
         table = self.table(value, "hosts", tuple(value) if isinstance(value, dict) else ())
@@ -414,12 +430,14 @@ class _Parser:
             out.append(Host(name=name))
         return tuple(out)
 
-    def links(self, value: Any, hosts: list[str]) -> tuple[Link, ...]:
+    def links(self, value: Any, hosts: list[str], duration: float) -> tuple[Link, ...]:
         if not isinstance(value, list):
             raise self.fail("links", "must be an array of tables ([[links]])")
-        return tuple(self.link(item, f"links[{i}]", hosts) for i, item in enumerate(value))
+        return tuple(
+            self.link(item, f"links[{i}]", hosts, duration) for i, item in enumerate(value)
+        )
 
-    def link(self, value: Any, where: str, hosts: list[str]) -> Link:
+    def link(self, value: Any, where: str, hosts: list[str], duration: float) -> Link:
         table = self.table(value, where, LINK_KEYS)
         between = self.required(table, "between", where)
         ok = isinstance(between, list) and len(between) == 2
@@ -431,7 +449,87 @@ class _Parser:
                 raise self.fail(f"{where}.between", f"unknown host '{host}' (hosts: {known})")
         if between[0] == between[1]:
             raise self.fail(f"{where}.between", f"links host '{between[0]}' with itself")
-        return Link(a=between[0], b=between[1])
+        forward = self.impairment(table, where)
+        self.check_model(forward, forward, where)
+        reverse_table = self.table(table.get("reverse", {}), f"{where}.reverse", IMPAIRMENT_KEYS)
+        reverse = self.impairment(reverse_table, f"{where}.reverse")
+        self.check_model({**forward, **reverse}, reverse, f"{where}.reverse")
+        schedule = self.schedule(table.get("schedule", []), where, duration, forward, reverse)
+        return Link(a=between[0], b=between[1], impairment=MappingProxyType(forward),
+                    reverse=MappingProxyType(reverse), schedule=schedule)  # fmt: skip
+
+    def impairment(self, table: dict[str, Any], where: str) -> dict[str, Any]:
+        """The impairment keys of ``table``, each checked on its own."""
+        out: dict[str, Any] = {}
+        for key in IMPAIRMENT_KEYS:
+            if key in table:
+                out[key] = self.impairment_value(key, table[key], f"{where}.{key}")
+        return out
+
+    def impairment_value(self, key: str, value: Any, where: str) -> Any:
+        if key in CHOICES:
+            if value not in CHOICES[key]:
+                known = ", ".join(CHOICES[key])
+                raise self.fail(where, f"unknown {key} {value!r} (known: {known})")
+            return value
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok or not 0 <= value < float("inf"):
+            raise self.fail(where, f"must be a non-negative number, not {value!r}")
+        if key in PERCENT_KEYS and value > 100:
+            raise self.fail(where, f"is a percentage: at most 100, not {value!r}")
+        if key == "rate_kbit" and value == 0:
+            raise self.fail(where, "must be > 0 (omit rate_kbit for an unlimited link)")
+        return value
+
+    def check_model(self, effective: dict[str, Any], own: dict[str, Any], where: str) -> None:
+        """Keys of ``own`` that do not fit the loss model in ``effective``."""
+        model = effective.get("loss_model", "bernoulli")
+        for key in GE_KEYS:
+            if key in own and model != "gilbert-elliott":
+                raise self.fail(f"{where}.{key}", 'needs loss_model = "gilbert-elliott"')
+        if model == "gilbert-elliott":
+            if "loss_pct" in own:
+                raise self.fail(f"{where}.loss_pct", "does not apply to gilbert-elliott "
+                                "(its loss comes from ge_p, ge_r, ge_h, ge_k)")  # fmt: skip
+            if "ge_p" not in effective:
+                raise self.fail(where, 'loss_model = "gilbert-elliott" needs ge_p')
+
+    def schedule(
+        self,
+        value: Any,
+        where: str,
+        duration: float,
+        forward: dict[str, Any],
+        reverse: dict[str, Any],
+    ) -> tuple[Mapping[str, Any], ...]:
+        if not isinstance(value, list):
+            raise self.fail(f"{where}.schedule", "must be an array of tables ([[links.schedule]])")
+        entries = []
+        for i, item in enumerate(value):
+            at = f"{where}.schedule[{i}]"
+            table = self.table(item, at, SCHEDULE_KEYS)
+            at_s = self.required(table, "at_s", at)
+            ok = isinstance(at_s, int | float) and not isinstance(at_s, bool)
+            if not ok or not 0 <= at_s < float("inf"):
+                raise self.fail(f"{at}.at_s", f"must be a non-negative number, not {at_s!r}")
+            if at_s > duration:
+                raise self.fail(f"{at}.at_s", f"{at_s:g} is beyond duration_s {duration:g}")
+            entry = {"at_s": at_s, **self.impairment(table, at)}
+            if len(entry) == 1:
+                raise self.fail(at, "sets no impairment key")
+            if "direction" in table:
+                entry["direction"] = self.impairment_value("direction", table["direction"],
+                                                           f"{at}.direction")  # fmt: skip
+            entries.append((i, entry))
+        entries.sort(key=lambda e: e[1]["at_s"])
+        state = {"forward": dict(forward), "reverse": {**forward, **reverse}}
+        for i, entry in entries:
+            own = {k: v for k, v in entry.items() if k in IMPAIRMENT_KEYS}
+            for direction, current in state.items():
+                if entry.get("direction", "both") in (direction, "both"):
+                    current.update(own)
+                    self.check_model(current, own, f"{where}.schedule[{i}]")
+        return tuple(MappingProxyType(e) for _, e in entries)
 
     def processes(self, value: Any, hosts: list[str], params: dict[str, str]) -> tuple:
         table = self.table(value, "processes", tuple(value) if isinstance(value, dict) else ())

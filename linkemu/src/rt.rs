@@ -1,0 +1,97 @@
+//! Clocks, precise waits and real-time scheduling helpers (Linux).
+
+use std::sync::atomic::AtomicU32;
+
+/// CLOCK_MONOTONIC now, in nanoseconds.
+pub fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid pointer to a timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn timespec(ns: u64) -> libc::timespec {
+    libc::timespec {
+        tv_sec: (ns / 1_000_000_000) as libc::time_t,
+        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
+    }
+}
+
+/// Block while `word` holds `expected`, until `deadline_ns` on CLOCK_MONOTONIC (absolute)
+/// or a [`futex_wake`]. FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC timeout, so this
+/// is an absolute-deadline sleep like `clock_nanosleep(TIMER_ABSTIME)` that can also be
+/// woken early when a packet with an earlier deadline arrives.
+pub fn futex_wait_until(word: &AtomicU32, expected: u32, deadline_ns: u64) {
+    let ts = timespec(deadline_ns);
+    // SAFETY: `word` is a valid, aligned u32 for the duration of the call.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT_BITSET | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            libc::FUTEX_BITSET_MATCH_ANY,
+        )
+    };
+}
+
+/// Wake the thread blocked in [`futex_wait_until`] on `word`.
+pub fn futex_wake(word: &AtomicU32) {
+    // SAFETY: `word` is a valid, aligned u32.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+        )
+    };
+}
+
+/// Try to run the calling thread under SCHED_FIFO at `priority`; returns whether it worked.
+/// Also asks for 1 ns timer slack (the default 50 µs would blur every wake-up).
+pub fn try_realtime(priority: i32) -> bool {
+    // SAFETY: plain syscalls on the calling thread.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
+        let param = libc::sched_param {
+            sched_priority: priority,
+        };
+        libc::pthread_setschedparam(libc::pthread_self(), libc::SCHED_FIFO, &param) == 0
+    }
+}
+
+/// Run the calling thread on CPU `cpu` only; returns whether it worked.
+pub fn pin_to_cpu(cpu: usize) -> bool {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; plain syscall on this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+/// Lock the memory mapped so far (the preallocated pools and rings) so the hot path
+/// takes no page faults (best effort).
+pub fn lock_memory() -> bool {
+    // SAFETY: plain syscall.
+    unsafe { libc::mlockall(libc::MCL_CURRENT) == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn futex_times_out_at_deadline() {
+        let word = AtomicU32::new(7);
+        let deadline = now_ns() + 2_000_000;
+        futex_wait_until(&word, 7, deadline);
+        assert!(now_ns() >= deadline);
+    }
+}
