@@ -61,7 +61,7 @@ TOP_KEYS = (
     "sweep",
     "devices",
 )
-ANALYSIS_KEYS = ("unit_ms",)
+ANALYSIS_KEYS = ("unit_ms", "configured_latency_ms", "period_ms")
 HOST_KEYS: tuple[str, ...] = ()
 IMPAIRMENT_KEYS = (
     "delay_ms",
@@ -100,9 +100,17 @@ class ScenarioError(ValueError):
 
 @dataclass(frozen=True)
 class Analysis:
-    """Analysis settings: ``unit_ms`` is the length of the audio unit followed."""
+    """Analysis settings: ``unit_ms`` is the length of the audio unit followed.
+
+    ``configured_latency_ms`` (the latency the receiver is configured for, Δt_c) and
+    ``period_ms`` (the capture period, t_p) are optional; when both are set, reports
+    show the residual r = Δt_r - Δt_c - t_p of the measured end-to-end delay Δt_r
+    (see :mod:`latlab.analysis.residual`).
+    """
 
     unit_ms: float = 10
+    configured_latency_ms: float | None = None
+    period_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -414,9 +422,22 @@ class _Parser:
 
     def analysis(self, value: Any) -> Analysis:
         table = self.table(value, "analysis", ANALYSIS_KEYS)
-        if "unit_ms" not in table:
-            return Analysis()
-        return Analysis(unit_ms=self.positive(table["unit_ms"], "analysis.unit_ms"))
+        unit_ms = table.get("unit_ms")
+        configured = table.get("configured_latency_ms")
+        period = table.get("period_ms")
+        return Analysis(
+            unit_ms=10 if unit_ms is None else self.positive(unit_ms, "analysis.unit_ms"),
+            configured_latency_ms=None
+            if configured is None
+            else self.non_negative(configured, "analysis.configured_latency_ms"),
+            period_ms=None if period is None else self.positive(period, "analysis.period_ms"),
+        )
+
+    def non_negative(self, value: Any, where: str) -> float:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok or not 0 <= value < float("inf"):
+            raise self.fail(where, f"must be a non-negative number, not {value!r}")
+        return value
 
     def hosts(self, value: Any) -> tuple[Host, ...]:
         table = self.table(value, "hosts", tuple(value) if isinstance(value, dict) else ())
