@@ -111,7 +111,7 @@ def _after_render(
 ) -> list[tuple[list[int], int | None]]:
     """End the path at a sink, or cross to the processes that received its RTP packets."""
     here = [probe.index, render.index]
-    if not index.is_rtp[probe.index]:
+    if not index.ssrcs.get(probe.index):  # carried no RTP (a link may carry other traffic too)
         return [(here, ssrc)]
     results: list[tuple[list[int], int | None]] = []
     for packet_ssrc in sorted(index.ssrcs.get(probe.index, ())):
