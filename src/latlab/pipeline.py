@@ -10,6 +10,8 @@ from typing import Any
 
 from latlab.analysis.segments import StreamAnalysis, analyze
 from latlab.ingest.events import EventTable, load_run
+from latlab.ingest.link_events import read_link_logs
+from latlab.ingest.link_log import LinkLog, traffic_summary
 from latlab.lab.resources import RESOURCES_FILE, summarize_resources
 from latlab.report.summary import build_summary, write_summary
 
@@ -29,13 +31,25 @@ def run_metadata(run_dir: Path) -> dict[str, Any]:
     return meta
 
 
+def link_summary(log: LinkLog) -> dict[str, Any]:
+    """What crossed one emulated link: per direction, protocol and port (summary.json)."""
+    return {
+        "log": log.path.name,
+        "directions": list(log.directions.values()),
+        "complete": log.closed,
+        "problems": log.problems,
+        "traffic": traffic_summary(log),
+    }
+
+
 def analyze_run(
     run_dir: Path, unit_ms: float | None = None, *, write: bool = True
 ) -> tuple[dict[str, Any], EventTable, list[StreamAnalysis]]:
     """Analyse the traces of ``run_dir``; writes summary.json and events.parquet there."""
     meta = run_metadata(run_dir)
     unit = unit_ms or float(meta.get("unit_ms", 10.0))
-    table = load_run(run_dir)
+    link_logs = read_link_logs(run_dir)
+    table = load_run(run_dir, link_logs)
     streams = analyze(table, unit, meta)
     summary = build_summary(meta, table, streams)
     resources = summarize_resources(
@@ -45,6 +59,8 @@ def analyze_run(
     )
     if resources is not None:
         summary["resources"] = resources
+    if link_logs:
+        summary["links"] = [link_summary(log) for log in link_logs]
     if write:
         write_summary(summary, run_dir / SUMMARY_FILE)
         table.write_parquet(run_dir / EVENTS_FILE)

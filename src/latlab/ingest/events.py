@@ -18,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from latlab.ingest.link_events import load_link_trace
+from latlab.ingest.link_events import merge_link_logs, read_link_logs
+from latlab.ingest.link_log import LinkLog
 from latlab.ingest.trace_format import EventFlag, Kind, PadFlag
 from latlab.ingest.trace_reader import ClockRecord, PadInfo, Trace, TraceError, open_trace
 from latlab.ingest.workers import parallel_map
@@ -399,10 +400,13 @@ def caps_field(caps: str, name: str) -> str | None:
     return match.group(1).strip() if match else None
 
 
-def load_run(run_dir: Path) -> EventTable:
-    """Read all traces of a run directory, and the logs of its emulated links."""
+def load_run(run_dir: Path, link_logs: Sequence[LinkLog] | None = None) -> EventTable:
+    """Read all traces of a run directory, and the logs of its emulated links.
+
+    ``link_logs`` are the run's link logs when the caller has read them already.
+    """
     paths = find_traces(run_dir)
     if not paths:
         raise TraceError(f"{run_dir}: no trace files (*.lltrace) found")
-    link = load_link_trace(run_dir)
+    link = merge_link_logs(read_link_logs(run_dir) if link_logs is None else link_logs)
     return load_traces(paths, extra=[link] if link is not None else [])

@@ -10,12 +10,12 @@ split into send, link and receive parts with the emulator's exact times.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
-from latlab.ingest.link_log import read_link_log
+from latlab.ingest.link_log import LinkLog, read_link_log
 from latlab.ingest.trace_format import EVENT_DTYPE, NONE_U64, EventFlag, Kind, PadFlag
 from latlab.ingest.trace_reader import PadInfo, Trace
 
@@ -50,24 +50,27 @@ def link_trace(
     return trace
 
 
-def load_link_trace(run_dir: Path) -> Trace | None:
-    """The ``link`` process of a run: every link log in ``run_dir/links``, or None."""
-    paths = sorted((run_dir / "links").glob("*.lllink"))
-    if not paths:
+def read_link_logs(run_dir: Path) -> list[LinkLog]:
+    """The logs of a run's emulated links (``run_dir/links/*.lllink``)."""
+    return [read_link_log(path) for path in sorted((run_dir / "links").glob("*.lllink"))]
+
+
+def merge_link_logs(logs: Sequence[LinkLog]) -> Trace | None:
+    """The ``link`` process of a run: every direction of every link log, or None."""
+    if not logs:
         return None
     merged: dict[str, list[np.ndarray]] = {}
     names: dict[int, str] = {}
     problems: list[str] = []
-    for number, path in enumerate(paths):
-        log = read_link_log(path)
-        problems += [f"{path.name}: {problem}" for problem in log.problems]
+    for number, log in enumerate(logs):
+        problems += [f"{log.path.name}: {problem}" for problem in log.problems]
         for direction, name in log.directions.items():
             names[2 * number + direction] = name
         for key in COLUMNS:
             value = log[key] if key != "direction" else log[key].astype(np.int64) + 2 * number
             merged.setdefault(key, []).append(value)
     columns = {key: np.concatenate(values) for key, values in merged.items()}
-    trace = link_trace(paths[0].parent, columns, names)
+    trace = link_trace(logs[0].path.parent, columns, names)
     trace.problems = problems
     return trace
 

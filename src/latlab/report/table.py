@@ -135,6 +135,23 @@ def resources_table(resources: dict[str, Any]) -> Table:
     return table
 
 
+def link_traffic_table(link: dict[str, Any]) -> Table:
+    """What crossed an emulated link, per direction, protocol and port, busiest first."""
+    table = Table(title=f"link {link['log']}: traffic", title_justify="left", header_style="bold")
+    for label in ("direction", "protocol", "port"):
+        table.add_column(label)
+    for label in ("packets/s", "kbit/s", "delivered", "lost", "queue drops"):
+        table.add_column(label, justify="right")
+    for row in link["traffic"]:
+        port = "" if row["port"] is None else str(row["port"])
+        if row.get("service"):
+            port += f" ({row['service']})"
+        table.add_row(row["direction"], row["protocol"], port, f"{row['packets_per_s']:.1f}",
+                      f"{row['kbit_per_s']:.1f}", str(row["delivered"]), str(row["dropped_loss"]),
+                      str(row["dropped_queue"]))  # fmt: skip
+    return table
+
+
 def render_summary(
     summary: dict[str, Any],
     console: Console,
@@ -165,6 +182,8 @@ def render_summary(
         console.print(Group(*parts))
     if summary.get("resources", {}).get("processes"):
         console.print(resources_table(summary["resources"]))
+    for link in summary.get("links", []):
+        console.print(link_traffic_table(link))
     for trace in summary.get("traces", []):
         notes = list(trace["problems"])
         if trace["dropped_events"]:
