@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from latlab.lab.runner import run_scenario
+from latlab.lab.runner import RunError, run_scenario
 from latlab.lab.scenario import ScenarioError, parse_scenario
 from latlab.lab.sched import parse_sched
 from latlab.pipeline import analyze_run
@@ -170,7 +170,11 @@ def test_chrt_reads_the_policy(tmp_path: Path) -> None:
     runner.start()
     while not done.is_set() and not lines:
         for pid in _children_named("gst-launch-1.0"):
-            for tid in sorted(int(t) for t in os.listdir(f"/proc/{pid}/task")):
+            try:
+                tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
+            except FileNotFoundError:  # the process ended meanwhile
+                continue
+            for tid in tids:
                 result = subprocess.run(["chrt", "-p", str(tid)], capture_output=True, text=True)
                 if "SCHED_FIFO" in result.stdout:
                     lines.append(result.stdout)
@@ -185,7 +189,12 @@ def test_chrt_reads_the_policy(tmp_path: Path) -> None:
 def test_deadline_process_runs(tmp_path: Path) -> None:
     text = scenario_text("other", "deadline:500/10000/10000", duration=2)
     out = tmp_path / "run"
-    run_scenario(parse_scenario(text, "s.toml"), out, progress=False)
+    try:
+        run_scenario(parse_scenario(text, "s.toml"), out, progress=False)
+    except RunError as exc:
+        if "EBUSY" in str(exc):  # the kernel's admission control, not latlab, said no
+            pytest.skip(str(exc))
+        raise
     run_json = json.loads((out / "run.json").read_text())
     sender = next(p for p in run_json["processes"] if p["name"] == "sender")
     sched = sender["sched"]

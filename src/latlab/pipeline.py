@@ -25,7 +25,7 @@ def run_metadata(run_dir: Path) -> dict[str, Any]:
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {"name": run_dir.name}
     scenario_path = run_dir / "scenario.toml"
     if "unit_ms" not in meta and scenario_path.is_file():
-        with suppress(tomllib.TOMLDecodeError, OSError):
+        with suppress(tomllib.TOMLDecodeError, OSError, ValueError, TypeError):
             analysis = tomllib.loads(scenario_path.read_text()).get("analysis", {})
             meta["unit_ms"] = float(analysis.get("unit_ms", 10.0))
     return meta
