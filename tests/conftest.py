@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -41,3 +42,40 @@ def segment(summary: dict[str, Any], to_probe_suffix: str, stream: int = 0) -> d
     ]
     assert len(matches) == 1, [s["to"] for s in summary["streams"][stream]["segments"]]
     return matches[0]
+
+
+L16_CAPS = "application/x-rtp,media=audio,clock-rate=48000,encoding-name=L16,channels=2,payload=96"
+
+
+def two_hosts(
+    receiver: str,
+    sender: str,
+    *,
+    name: str = "t",
+    duration: float = 2,
+    head: str = "",
+    receiver_keys: str = "",
+    sender_keys: str = "",
+) -> str:
+    """A scenario text: hosts tx and rx on one link, a receiver on rx started before a sender.
+
+    ``head`` goes before the hosts (e.g. a ``[sweep]`` table); ``*_keys`` are extra
+    TOML lines for each process. Pipelines are quoted as TOML strings here.
+    """
+    return f"""\
+name = "{name}"
+duration_s = {duration}
+{head}
+[hosts.tx]
+[hosts.rx]
+[[links]]
+between = ["tx", "rx"]
+[processes.receiver]
+host = "rx"
+{receiver_keys}
+pipeline = {json.dumps(receiver)}
+[processes.sender]
+host = "tx"
+{sender_keys}
+pipeline = {json.dumps(sender)}
+"""

@@ -16,6 +16,7 @@ from latlab.lab.runner import run_scenario
 from latlab.lab.scenario import parse_scenario
 from latlab.pipeline import analyze_run
 from latlab.tracer import is_built
+from tests.conftest import L16_CAPS, two_hosts
 
 BUSY = "import time\nend = time.monotonic() + {s}\nwhile time.monotonic() < end: pass\n"
 SLEEPY = (
@@ -79,23 +80,13 @@ def test_no_file_no_section(tmp_path: Path) -> None:
 @pytest.mark.e2e
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 def test_every_run_samples_its_processes(tmp_path: Path) -> None:
-    caps = "application/x-rtp,media=audio,clock-rate=48000,encoding-name=L16,channels=2,payload=96"
-    raw = "audio/x-raw,rate=48000,channels=2"
-    udp = "udpsink host=${hosts.rx.addr} port=5004"
-    text = f"""\
-name = "res"
-duration_s = 1.5
-[hosts.tx]
-[hosts.rx]
-[[links]]
-between = ["tx", "rx"]
-[processes.receiver]
-host = "rx"
-pipeline = 'udpsrc port=5004 caps="{caps}" ! rtpL16depay ! fakesink'
-[processes.sender]
-host = "tx"
-pipeline = "audiotestsrc is-live=true samplesperbuffer=48 ! {raw} ! rtpL16pay ! {udp}"
-"""
+    text = two_hosts(
+        f'udpsrc port=5004 caps="{L16_CAPS}" ! rtpL16depay ! fakesink',
+        "audiotestsrc is-live=true samplesperbuffer=48 ! audio/x-raw,rate=48000,channels=2 "
+        "! rtpL16pay ! udpsink host=${hosts.rx.addr} port=5004",
+        name="res",
+        duration=1.5,
+    )
     out = tmp_path / "run"
     run_scenario(parse_scenario(text, "res.toml"), out, trace=is_built(), progress=False)
     assert (out / "resources.parquet").is_file()

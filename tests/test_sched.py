@@ -16,6 +16,7 @@ from latlab.lab.scenario import ScenarioError, parse_scenario
 from latlab.lab.sched import parse_sched
 from latlab.pipeline import analyze_run
 from latlab.tracer import is_built
+from tests.conftest import two_hosts
 
 CAPS = "application/x-rtp,media=audio,clock-rate=48000,encoding-name=L16,channels=2,payload=96"
 RECEIVER = f'udpsrc port=5004 caps="{CAPS}" ! rtpjitterbuffer latency=20 ! rtpL16depay ! fakesink'
@@ -26,22 +27,14 @@ SENDER = (
 
 
 def scenario_text(receiver_sched: str, sender_sched: str, duration: float = 2) -> str:
-    return f"""\
-name = "sched"
-duration_s = {duration}
-[hosts.tx]
-[hosts.rx]
-[[links]]
-between = ["tx", "rx"]
-[processes.receiver]
-host = "rx"
-sched = {json.dumps(receiver_sched)}
-pipeline = {json.dumps(RECEIVER)}
-[processes.sender]
-host = "tx"
-sched = {json.dumps(sender_sched)}
-pipeline = {json.dumps(SENDER)}
-"""
+    return two_hosts(
+        RECEIVER,
+        SENDER,
+        name="sched",
+        duration=duration,
+        receiver_keys=f"sched = {json.dumps(receiver_sched)}",
+        sender_keys=f"sched = {json.dumps(sender_sched)}",
+    )
 
 
 @pytest.mark.parametrize(

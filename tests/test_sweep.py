@@ -17,11 +17,12 @@ import pytest
 from latlab.lab.scenario import Scenario, ScenarioError, parse_scenario
 from latlab.lab.sweep import expand_sweep, load_sweep, run_sweep, to_toml
 from latlab.report.sweep_table import comparison_table
+from tests.conftest import L16_CAPS, two_hosts
 from tests.test_cli import LATLAB, latlab, one_line_error
 
-CAPS = "application/x-rtp,media=audio,clock-rate=48000,encoding-name=L16,channels=2,payload=96"
+CAPS = L16_CAPS
 RECEIVER = (
-    f'udpsrc port=5004 caps=\\"{CAPS}\\" ! rtpjitterbuffer latency=${{jb}} '
+    f'udpsrc port=5004 caps="{CAPS}" ! rtpjitterbuffer latency=${{jb}} '
     "! rtpL16depay ! fakesink sync=true"
 )
 SENDER = (
@@ -32,22 +33,9 @@ SENDER = (
 
 def two_host(sweep: str, duration: float = 3, receiver: str = RECEIVER) -> str:
     """The two-host L16 scenario of the accuracy tests with a [sweep] table."""
-    return f"""
-name = "l16-sweep"
-duration_s = {duration}
-[sweep]
-{sweep}
-[hosts.tx]
-[hosts.rx]
-[[links]]
-between = ["tx", "rx"]
-[processes.receiver]
-host = "rx"
-pipeline = "{receiver}"
-[processes.sender]
-host = "tx"
-pipeline = "{SENDER}"
-"""
+    return two_hosts(
+        receiver, SENDER, name="l16-sweep", duration=duration, head=f"[sweep]\n{sweep}"
+    )
 
 
 def one_host(sweep: str, pipeline: str, extra: str = "", duration: float = 1) -> str:
