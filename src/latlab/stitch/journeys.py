@@ -96,7 +96,10 @@ def _stream_journeys(
     threads = [thread for _, thread in passages]
     names = [p.name for p in probes]
     kinds = [_segment_kind(a, b) for a, b in itertools.pairwise(probes)]
-    capture = _capture_times(table, probes[0], unit_start, times[0])
+    if probes[0].factory in DEVICE_SOURCES:
+        capture = device_capture_times(origin, unit_start)
+    else:
+        capture = _capture_times(table, probes[0], unit_start, times[0])
     if capture is not None:
         times.insert(0, capture)
         threads.insert(0, np.full(len(capture), MISSING, np.int32))
@@ -176,6 +179,35 @@ def _matrix(columns: list[np.ndarray], rows: slice) -> np.ndarray:
     for j, column in enumerate(columns):
         out[:, j] = column[rows]
     return out
+
+
+DEVICE_SOURCES = {"jackaudiosrc", "pulsesrc", "alsasrc", "pipewiresrc", "osssrc", "oss4src"}
+DELIVERY_WINDOW = 200  # buffers per window of the delivery envelope (device clock drift)
+DELIVERY_QUANTILE = 5  # percent: the envelope ignores a few early pushes at start-up
+
+
+def device_capture_times(origin: Ranges, unit_start: np.ndarray) -> np.ndarray:
+    """When each unit's first sample was captured by an audio device, from its deliveries.
+
+    A capture device hands a buffer over once its last sample is in, so a sample at
+    media position ``s`` was captured at ``c + s``, where ``c`` is the low envelope of
+    the offset between a buffer's push and its end position: pushes are not early (a
+    blocked streaming thread only makes them late), except a few at start-up, which
+    a low quantile rather than the minimum leaves out. ``c`` is taken per window of
+    buffers to follow the device clock's drift. The source's PTS are not trusted for
+    the phase: GstAudioBaseSrc aligns them to the clock at start-up, anywhere within
+    a period.
+    """
+    order = np.argsort(origin.end, kind="stable")
+    end, pushed = origin.end[order], origin.t_ns[order]
+    offset = (pushed - end).astype(np.float64)
+    windows = -(-len(offset) // DELIVERY_WINDOW)
+    padded = np.full(windows * DELIVERY_WINDOW, np.nan)
+    padded[: len(offset)] = offset
+    by_window = padded.reshape(windows, DELIVERY_WINDOW)
+    floor = np.rint(np.nanpercentile(by_window, DELIVERY_QUANTILE, axis=1)).astype(np.int64)
+    window = np.minimum(np.searchsorted(end, unit_start, side="right"), len(end) - 1)
+    return unit_start + floor[window // DELIVERY_WINDOW]
 
 
 def _capture_times(
