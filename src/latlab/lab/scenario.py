@@ -558,14 +558,19 @@ class _Parser:
             raise self.fail("processes", "at least one process is needed")
         return tuple(self.process(n, item, hosts, params) for n, item in table.items())
 
-    def process(self, name: str, value: Any, hosts: list[str], params: dict) -> Process:
-        where = f"processes.{name}"
-        self.ident(name, where, ENTITY_RE, ENTITY_RULE)
-        table = self.table(value, where, PROCESS_KEYS)
+    def host_of(self, table: dict, where: str, hosts: list[str]) -> str:
+        """The table's required ``host``, which must be one of the scenario's hosts."""
         host = self.string(self.required(table, "host", where), f"{where}.host")
         if host not in hosts:
             known = ", ".join(sorted(hosts))
             raise self.fail(f"{where}.host", f"unknown host '{host}' (hosts: {known})")
+        return host
+
+    def process(self, name: str, value: Any, hosts: list[str], params: dict) -> Process:
+        where = f"processes.{name}"
+        self.ident(name, where, ENTITY_RE, ENTITY_RULE)
+        table = self.table(value, where, PROCESS_KEYS)
+        host = self.host_of(table, where, hosts)
         if "pipeline" in table and "command" in table:
             raise self.fail(where, "give either 'pipeline' or 'command', not both")
         pipeline, command = "", ()
@@ -644,10 +649,7 @@ class _Parser:
         where = f"devices.{name}"
         self.ident(name, where, ENTITY_RE, ENTITY_RULE)
         table = self.table(value, where, DEVICE_KEYS)
-        host = self.string(self.required(table, "host", where), f"{where}.host")
-        if host not in hosts:
-            known = ", ".join(sorted(hosts))
-            raise self.fail(f"{where}.host", f"unknown host '{host}' (hosts: {known})")
+        host = self.host_of(table, where, hosts)
         server = self.string(self.required(table, "server", where), f"{where}.server")
         if server not in DEVICE_SERVERS:
             raise self.fail(f"{where}.server", f"unknown server '{server}' (servers: jack, pulse)")
