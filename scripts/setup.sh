@@ -15,6 +15,8 @@ APT_PACKAGES=(
     ethtool
 )
 
+MIN_RUST=1.71.1  # gstreamer-rs 0.23's minimum; latlab is built and tested with 1.95
+
 log() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
 
 install_debian_packages() {
@@ -41,6 +43,13 @@ find_cargo() {
     if ! command -v cargo >/dev/null; then
         log "installing Debian's Rust toolchain"
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cargo rustc >/dev/null
+    fi
+    local version
+    version=$(rustc --version | awk '{print $2}')
+    if [ "$(printf '%s\n' "$MIN_RUST" "$version" | sort -V | head -n 1)" != "$MIN_RUST" ]; then
+        echo "setup: Rust $version is too old: the tracer (gstreamer-rs 0.23) needs Rust >= $MIN_RUST;" \
+            "install a newer toolchain (rustup) and run this again" >&2
+        exit 1
     fi
 }
 
