@@ -11,32 +11,28 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import RunScenario, segment
+from tests.conftest import L16_CAPS, RunScenario, segment, two_hosts
 
 pytestmark = pytest.mark.e2e
 
-CAPS = "application/x-rtp,media=audio,clock-rate=48000,encoding-name=L16,channels=2,payload=96"
 TOLERANCE_MS = 0.3
 
-SCENARIO = f"""
-name = "planted"
-duration_s = 3
-[params]
+PARAMS = """[params]
 rx_extra = "identity"
 tx_extra = "identity"
 jb_latency = "20"
 ptime_ns = "10000000"
-[hosts.tx]
-[hosts.rx]
-[[links]]
-between = ["tx", "rx"]
-[processes.receiver]
-host = "rx"
-pipeline = "udpsrc port=5004 caps=\\"{CAPS}\\" ! rtpjitterbuffer latency=${{params.jb_latency}} ! rtpL16depay ! ${{params.rx_extra}} ! fakesink sync=true"
-[processes.sender]
-host = "tx"
-pipeline = "audiotestsrc is-live=true samplesperbuffer=480 ! audio/x-raw,rate=48000,channels=2 ! ${{params.tx_extra}} ! rtpL16pay mtu=9000 min-ptime=${{params.ptime_ns}} max-ptime=${{params.ptime_ns}} ! udpsink host=${{hosts.rx.addr}} port=5004"
 """
+SCENARIO = two_hosts(
+    f'udpsrc port=5004 caps="{L16_CAPS}" ! rtpjitterbuffer latency=${{params.jb_latency}} '
+    "! rtpL16depay ! ${params.rx_extra} ! fakesink sync=true",
+    "audiotestsrc is-live=true samplesperbuffer=480 ! audio/x-raw,rate=48000,channels=2 "
+    "! ${params.tx_extra} ! rtpL16pay mtu=9000 min-ptime=${params.ptime_ns} "
+    "max-ptime=${params.ptime_ns} ! udpsink host=${hosts.rx.addr} port=5004",
+    name="planted",
+    duration=3,
+    head=PARAMS,
+)
 
 QUEUE = "queue max-size-time=0 max-size-buffers=0 max-size-bytes=0 min-threshold-time={}"
 

@@ -1,4 +1,4 @@
-"""Every shipped scenario runs on the real stack and writes a summary.json that keeps the contract."""
+"""Every shipped scenario runs on the real stack and writes a summary.json keeping the contract."""
 
 from __future__ import annotations
 

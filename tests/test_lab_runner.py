@@ -17,6 +17,7 @@ from latlab.lab.netns import list_namespaces
 from latlab.lab.runner import RunError, run_scenario
 from latlab.lab.scenario import Scenario, load_scenario, parse_scenario
 from latlab.tracer import is_built
+from tests.conftest import L16_CAPS, two_hosts
 
 pytestmark = [
     pytest.mark.e2e,
@@ -24,7 +25,7 @@ pytestmark = [
 ]
 
 REPO = Path(__file__).resolve().parent.parent
-CAPS = "application/x-rtp,media=audio,clock-rate=48000,encoding-name=L16,channels=2,payload=96"
+CAPS = L16_CAPS
 
 
 TRACE = is_built()
@@ -36,23 +37,11 @@ SENDER = (
 )
 
 
-def two_hosts(duration: float, receiver_sink: str = "fakesink sync=true") -> str:
+def l16_scenario(duration: float, receiver_sink: str = "fakesink sync=true") -> str:
+    """The two-host L16 scenario, with the receiver ending in ``receiver_sink``."""
     receiver = f'udpsrc port=5004 caps="{CAPS}" ! rtpjitterbuffer latency=20 ! rtpL16depay'
     receiver += f" ! {receiver_sink}"
-    return f"""\
-name = "l16-test"
-duration_s = {duration}
-[hosts.tx]
-[hosts.rx]
-[[links]]
-between = ["tx", "rx"]
-[processes.receiver]
-host = "rx"
-pipeline = {json.dumps(receiver)}
-[processes.sender]
-host = "tx"
-pipeline = {json.dumps(SENDER)}
-"""
+    return two_hosts(receiver, SENDER, name="l16-test", duration=duration)
 
 
 def write(tmp_path: Path, text: str) -> Scenario:
@@ -75,7 +64,7 @@ def pid_alive(pid: int) -> bool:
 
 def test_two_host_run(tmp_path: Path) -> None:
     raw = tmp_path / "received.raw"
-    scenario = write(tmp_path, two_hosts(2, f"filesink location={shlex.quote(str(raw))}"))
+    scenario = write(tmp_path, l16_scenario(2, f"filesink location={shlex.quote(str(raw))}"))
     out = tmp_path / "run"
     result = run_scenario(scenario, out, trace=TRACE, progress=False)
 
@@ -110,7 +99,7 @@ def test_two_host_run(tmp_path: Path) -> None:
 
 
 def test_failing_pipeline_names_process(tmp_path: Path) -> None:
-    text = two_hosts(2).replace(
+    text = l16_scenario(2).replace(
         'pipeline = "audiotestsrc', 'pipeline = "nosuchelement ! fakesink"\n#'
     )
     out = tmp_path / "run"
@@ -127,7 +116,7 @@ def test_failing_pipeline_names_process(tmp_path: Path) -> None:
 
 
 def test_early_exit_fails_run(tmp_path: Path) -> None:
-    text = two_hosts(5).replace(
+    text = l16_scenario(5).replace(
         "audiotestsrc is-live=true", "audiotestsrc is-live=true num-buffers=20"
     )
     with pytest.raises(RunError, match=r"process 'sender' exited early \(exit code 0\)"):
@@ -140,7 +129,7 @@ def test_refuses_non_empty_out_dir(tmp_path: Path) -> None:
     out.mkdir()
     (out / "run.json").write_text("{}")
     with pytest.raises(FileExistsError):
-        run_scenario(parse_scenario(two_hosts(1)), out, trace=False, progress=False)
+        run_scenario(parse_scenario(l16_scenario(1)), out, trace=False, progress=False)
 
 
 def wait_for_data(path: Path, timeout: float = 10.0) -> None:
@@ -159,7 +148,7 @@ def wait_for_data(path: Path, timeout: float = 10.0) -> None:
 def test_interrupt_mid_run_cleans_up(tmp_path: Path, signum: int, code: int) -> None:
     path = tmp_path / "scenario.toml"
     raw = tmp_path / "received.raw"
-    path.write_text(two_hosts(60, f"filesink location={shlex.quote(str(raw))}"))
+    path.write_text(l16_scenario(60, f"filesink location={shlex.quote(str(raw))}"))
     out = tmp_path / "run"
     argv = [sys.executable, "-m", "latlab.lab", str(path), str(out), "--no-trace"]
     child = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, text=True)
