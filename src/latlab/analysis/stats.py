@@ -117,14 +117,6 @@ def describe(values_ns: np.ndarray) -> dict[str, float | int]:
     return Samples(values_ns).describe()
 
 
-def bucket_width_ms(values_ms: np.ndarray, target_buckets: int = 16) -> float:
-    """A round bucket width giving about ``target_buckets`` buckets over p0.1..p99.9."""
-    if len(values_ms) == 0:
-        return 1.0
-    lo, hi = np.percentile(values_ms, BUCKET_RANGE)
-    return _nice_width(lo, hi, target_buckets)
-
-
 def _nice_width(lo: float, hi: float, target_buckets: int = 16) -> float:
     span = max(hi - lo, 1e-9)
     for step in NICE_STEPS_MS:

@@ -8,7 +8,6 @@ host the process ran on; ``clock_domain`` names that clock per process.
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -126,13 +125,6 @@ class EventTable:
     def columns(self) -> dict[str, np.ndarray]:
         """All events, every process, as one set of columns (copies)."""
         return {c: np.concatenate([part[c] for part in self.parts]) for c in COLUMNS}
-
-    def probe_by_name(self, name: str) -> Probe:
-        """Look a probe up by its name."""
-        for probe in self.probes:
-            if probe.name == name:
-                return probe
-        raise KeyError(name)
 
     def to_arrow(self) -> pa.Table:
         """The events as an Arrow table with probe names as a dictionary column."""
@@ -392,12 +384,6 @@ def _make_probe(
         peer_factory=info.peer_factory,
         caps=caps.get(info.pad_id, ""),
     )
-
-
-def caps_field(caps: str, name: str) -> str | None:
-    """Read one field of a serialised caps string, e.g. ``clock-rate`` -> ``"48000"``."""
-    match = re.search(rf"(?:^|[,\s]){re.escape(name)}=(?:\([a-z0-9]+\))?\"?([^,;\"]+)", caps)
-    return match.group(1).strip() if match else None
 
 
 def load_run(run_dir: Path, link_logs: Sequence[LinkLog] | None = None) -> EventTable:
