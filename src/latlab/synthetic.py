@@ -63,7 +63,6 @@ class SyntheticResult:
     packets_lost: int
     packets_duplicated: int
     packets_reordered: int
-    events: int = 0
     link_columns: dict[str, np.ndarray] | None = None
 
 
@@ -173,16 +172,7 @@ def make_rtp_audio_run(out_dir: Path, params: SyntheticRtpAudio | None = None) -
     truth, names = _truth(
         p, s, first_arrival, released, (jb_out, depay), (split_pts, split_push, render, recv_pts)
     )
-    events = (
-        4 * len(s.src_pts) // 2
-        + 2 * len(s.pkt_pts)
-        + len(arr_idx)
-        + 2 * len(rel)
-        + 2 * len(split_pts)
-    )
-    result = SyntheticResult(
-        out_dir, names, truth, int((~kept).sum()), duplicated, reordered, events
-    )
+    result = SyntheticResult(out_dir, names, truth, int((~kept).sum()), duplicated, reordered)
     if p.link_in_delay:
         link_in = s.pkt_done + p.link_in_delay
         result.link_columns = _link_columns(p, s, link_in, (arr_idx, arr_t), kept)
