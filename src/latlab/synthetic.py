@@ -9,7 +9,7 @@ passed each probe, computed independently of latlab's stitching.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from pathlib import Path
 
@@ -135,6 +135,8 @@ def _count_reordered(packet_order: np.ndarray) -> int:
 def make_rtp_audio_run(out_dir: Path, params: SyntheticRtpAudio | None = None) -> SyntheticResult:
     """Write sender and receiver traces of a synthetic RTP audio run into ``out_dir``."""
     p = params or SyntheticRtpAudio()
+    per_packet = p.ptime // p.source_period
+    p = replace(p, units=p.units - p.units % per_packet)  # whole packets only
     rng = np.random.default_rng(p.seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     s = _Sender(p)
