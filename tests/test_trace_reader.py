@@ -8,9 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from latlab.ingest.events import load_run
+from latlab.ingest.trace_format import EVENT_DTYPE, Chunk, Kind
 from latlab.ingest.trace_reader import TraceError, read_trace
 from latlab.synthetic import SyntheticRtpAudio, make_rtp_audio_run
 
@@ -109,3 +111,59 @@ def test_cli_report_on_truncated_run_prints_table_and_warning(run_dir: Path) -> 
     assert result.returncode == 0, result.stderr
     assert "end to end" in result.stdout
     assert "truncated" in result.stdout
+
+
+def _chunk(ctype: int, payload: bytes) -> bytes:
+    return struct.pack("<II", ctype, len(payload)) + payload
+
+
+def _string(raw: bytes) -> bytes:
+    return struct.pack("<H", len(raw)) + raw
+
+
+def _stats_chunk(t_ns: int, element: str, factory: str, json_text: bytes) -> bytes:
+    payload = struct.pack("<Q", t_ns) + _string(element.encode()) + _string(factory.encode())
+    return _chunk(Chunk.STATS, payload + _string(json_text))
+
+
+def _hand_written_trace(path: Path, *chunks: bytes) -> None:
+    """A header, the given chunks, one PES event record and END, byte by byte."""
+    header = b"LLTRACE\0" + struct.pack("<HHHHIIQ", 1, 32, 80, 0, 4242, 0, 1000)
+    pes = np.zeros(1, EVENT_DTYPE)
+    pes["kind"], pes["rtp_ssrc"], pes["pts"] = Kind.PES, 65, 324_000_202
+    end = _chunk(Chunk.END, struct.pack("<QQQ", 9000, 1, 0))
+    path.write_bytes(header + b"".join(chunks) + _chunk(Chunk.EVENTS, pes.tobytes()) + end)
+
+
+def test_stats_chunks_are_parsed(tmp_path: Path) -> None:
+    path = tmp_path / "h.lltrace"
+    srtsink = (
+        b'{"bytes-sent-total":84412,"callers":[{"rtt-ms":0.157,'
+        b'"negotiated-latency-ms":50,"caller-address":null}]}'
+    )
+    _hand_written_trace(
+        path,
+        _stats_chunk(5000, "srtsink0", "srtsink", srtsink),
+        _stats_chunk(5100, "src", "srtsrc", '{"rtt-ms":0.035,"name":"é"}'.encode()),
+    )
+    trace = read_trace(path)
+    assert trace.complete and not trace.problems
+    first, second = trace.stats
+    assert (first.t_ns, first.element, first.factory) == (5000, "srtsink0", "srtsink")
+    assert first.fields["callers"][0]["negotiated-latency-ms"] == 50
+    assert first.fields["callers"][0]["caller-address"] is None
+    assert second.fields == {"rtt-ms": 0.035, "name": "é"}
+    assert list(trace.events["kind"]) == [Kind.PES]  # a pes record passes like any other
+    assert int(trace.events["pts"][0]) == 324_000_202
+
+
+@pytest.mark.parametrize("json_text", [b'{"rtt-ms": 0.1', b"[1, 2]", b'{"a": "\xff"}', b"\xff\xfe"])
+def test_corrupt_stats_chunk_is_reported_not_fatal(tmp_path: Path, json_text: bytes) -> None:
+    path = tmp_path / "h.lltrace"
+    good = _stats_chunk(5100, "srtsrc0", "srtsrc", b'{"rtt-ms": 0.2}')
+    _hand_written_trace(path, _stats_chunk(5000, "srtsrc0", "srtsrc", json_text), good)
+    trace = read_trace(path)
+    assert trace.complete
+    assert trace.problems == ["corrupt chunk of type 9 at byte 32"]
+    assert [s.fields for s in trace.stats] == [{"rtt-ms": 0.2}]
+    assert len(trace.events) == 1

@@ -62,6 +62,7 @@ class Chunk(IntEnum):
     CLOCK = 6
     DROPS = 7
     END = 8
+    STATS = 9
 
 
 class Kind(IntEnum):
@@ -70,6 +71,7 @@ class Kind(IntEnum):
     PUSH = 0
     DONE = 1
     EOS = 2
+    PES = 3
 
 
 class EventFlag:
@@ -78,6 +80,7 @@ class EventFlag:
     RTP = 1
     MARKER = 2
     IN_LIST = 4
+    RANDOM_ACCESS = 8  # pes records: the TS packet's random_access_indicator
 
 
 class PadFlag:

@@ -8,6 +8,7 @@ whatever order the caller needs, without first copying the file.
 
 from __future__ import annotations
 
+import json
 import mmap
 import os
 import struct
@@ -65,6 +66,16 @@ class ClockRecord:
 
 
 @dataclass
+class StatsRecord:
+    """One reading of an element's ``stats`` property (a STATS chunk)."""
+
+    t_ns: int
+    element: str
+    factory: str
+    fields: dict
+
+
+@dataclass
 class Trace:
     """Everything one trace file holds."""
 
@@ -76,6 +87,7 @@ class Trace:
     threads: dict[int, tuple[int, str]] = field(default_factory=dict)
     caps: list[tuple[int, int, str]] = field(default_factory=list)
     clocks: list[ClockRecord] = field(default_factory=list)
+    stats: list[StatsRecord] = field(default_factory=list)
     events: np.ndarray = field(default_factory=lambda: np.empty(0, EVENT_DTYPE))
     dropped: int = 0
     complete: bool = False
@@ -99,13 +111,14 @@ class _Cursor:
         self.pos += struct.calcsize(fmt)
         return values
 
-    def string(self) -> str:
+    def string(self, errors: str = "replace") -> str:
+        """The next u16-length-prefixed UTF-8 string; ``errors`` as for ``bytes.decode``."""
         (length,) = self.unpack("<H")
         raw = bytes(self.data[self.pos : self.pos + length])
         if len(raw) != length:
             raise struct.error("string runs past the chunk")
         self.pos += length
-        return raw.decode("utf-8", errors="replace")
+        return raw.decode("utf-8", errors=errors)
 
     def at_end(self) -> bool:
         return self.pos >= len(self.data)
@@ -217,7 +230,7 @@ def _walk_chunks(trace: Trace, data: mmap.mmap, offset: int) -> np.ndarray:
             continue
         try:
             _apply_chunk(trace, ctype, memoryview(data[body:offset]))
-        except (struct.error, UnicodeDecodeError):
+        except (struct.error, ValueError):  # ValueError: bad UTF-8 or JSON
             trace.problems.append(f"corrupt chunk of type {ctype} at byte {body - 8}")
     return _record_offsets(np.array(starts, np.int64), np.array(counts, np.int64))
 
@@ -253,6 +266,13 @@ def _apply_chunk(trace: Trace, ctype: int, payload: memoryview) -> None:
     elif ctype == Chunk.DROPS:
         _, dropped = cur.unpack("<QQ")
         trace.dropped = max(trace.dropped, dropped)
+    elif ctype == Chunk.STATS:
+        (t_ns,) = cur.unpack("<Q")
+        element, factory, text = cur.string(), cur.string(), cur.string(errors="strict")
+        fields = json.loads(text)
+        if not isinstance(fields, dict):
+            raise ValueError("STATS payload is not a JSON object")
+        trace.stats.append(StatsRecord(t_ns, element, factory, fields))
     elif ctype == Chunk.END:
         _, _, dropped = cur.unpack("<QQQ")
         trace.dropped = max(trace.dropped, dropped)

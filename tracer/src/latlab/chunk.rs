@@ -12,6 +12,7 @@ pub mod kind {
     pub const CLOCK: u32 = 6;
     pub const DROPS: u32 = 7;
     pub const END: u32 = 8;
+    pub const STATS: u32 = 9;
 }
 
 /// Format version written in the header.
@@ -186,6 +187,13 @@ pub fn clock(out: &mut Vec<u8>, d: &ClockDesc) {
 pub fn drops(out: &mut Vec<u8>, t_ns: u64, dropped: u64) {
     let mut c = ChunkWriter::begin(out, kind::DROPS);
     c.u64(t_ns).u64(dropped);
+    c.finish();
+}
+
+/// Appends a `STATS` chunk.
+pub fn stats(out: &mut Vec<u8>, t_ns: u64, element: &str, factory: &str, json: &str) {
+    let mut c = ChunkWriter::begin(out, kind::STATS);
+    c.u64(t_ns).str(element).str(factory).str(json);
     c.finish();
 }
 

@@ -6,17 +6,21 @@
 //! * `dir`: output directory (else env `LATLAB_TRACE_DIR`, else the current directory)
 //! * `process`: process name (else env `LATLAB_PROCESS`, else the program name)
 //! * `ring`: per-thread ring capacity in records (default 65536)
+//! * `stats-interval-ms`: interval of the `STATS` chunks (else env
+//!   `LATLAB_STATS_INTERVAL_MS`, else 100; 0 disables them)
 
 use gst::glib;
 use gst::prelude::*;
 
 mod chunk;
 mod imp;
+mod pes;
 mod record;
 mod recorder;
 mod ring;
 mod settings;
 mod signals;
+mod stats;
 mod writer;
 
 glib::wrapper! {

@@ -14,6 +14,8 @@ pub mod kind {
     pub const DONE: u8 = 1;
     /// An EOS event is pushed on the pad.
     pub const EOS: u8 = 2;
+    /// A PES starts in the buffer of the preceding `push` (MPEG-TS).
+    pub const PES: u8 = 3;
 }
 
 /// Event flag bits (byte 76).
@@ -24,6 +26,8 @@ pub mod flags {
     pub const MARKER: u8 = 2;
     /// The buffer was part of a buffer list.
     pub const IN_LIST: u8 = 4;
+    /// `pes` records: the TS packet's random_access_indicator is set.
+    pub const RANDOM_ACCESS: u8 = 8;
 }
 
 /// One event, as stored in the per-thread rings and written to the file.

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use gst::glib;
 use gst::prelude::*;
 
+use super::pes::{plausible_ts_size, PesStart, PesTracker, TS_PACKET};
 use super::record::{flags, kind, Record, NONE};
 use super::ring::Ring;
 use super::settings::Settings;
@@ -148,7 +149,12 @@ pub fn start(settings: &Settings) -> bool {
     }
     let pid = std::process::id();
     let path = settings.output_path(pid);
-    let writer = match Writer::open(&path, &settings.process_name(), pid) {
+    let writer = match Writer::open(
+        &path,
+        &settings.process_name(),
+        pid,
+        settings.stats_interval_ms(),
+    ) {
         Ok(w) => w,
         Err(e) => {
             eprintln!("latlab tracer: cannot open {}: {e}", path.display());
@@ -333,6 +339,7 @@ impl Recorder {
             epoch: self.pad_epoch.load(Ordering::Acquire),
             stack: [InFlight::default(); STACK_DEPTH],
             depth: 0,
+            pes: Box::default(),
         }
     }
 }
@@ -405,13 +412,15 @@ struct InFlight {
     done: Option<Record>,
 }
 
-/// Per-thread state: ring slot, pad cache and in-flight stack.
+/// Per-thread state: ring slot, pad cache, in-flight stack and PES state.
 struct Local {
     slot: Arc<ThreadSlot>,
     pads: PadCache,
     epoch: u64,
     stack: [InFlight; STACK_DEPTH],
     depth: usize,
+    /// Allocated at registration, fixed size.
+    pes: Box<PesTracker>,
 }
 
 impl Drop for Local {
@@ -447,6 +456,28 @@ impl Local {
     fn emit(&self, rec: &Recorder, r: &Record) {
         if !self.slot.ring.push(r) {
             rec.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// `pes` records, after the `push` record `push`, for every PES that
+    /// starts in `buffer` if it holds MPEG-TS packets (decided by content).
+    #[inline]
+    fn scan_ts(&mut self, rec: &Recorder, buffer: &gst::BufferRef, push: &Record) {
+        if !plausible_ts_size(buffer.size()) {
+            return;
+        }
+        let Local { slot, pes, .. } = self;
+        let mut emit = |p: &PesStart| {
+            if !slot.ring.push(&pes_record(push, p)) {
+                rec.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        };
+        if buffer.n_memory() == 1 {
+            if let Ok(map) = buffer.peek_memory(0).map_readable() {
+                pes.scan(push.pad_id, push.t_ns, map.as_slice(), emit);
+            }
+        } else {
+            scan_ts_pieces(pes, buffer, push, &mut emit);
         }
     }
 
@@ -526,6 +557,67 @@ fn buffer_record(
     r
 }
 
+/// The `pes` record of `p`, found in the buffer of the `push` record `push`.
+fn pes_record(push: &Record, p: &PesStart) -> Record {
+    Record {
+        pts: p.pts,
+        dts: p.dts,
+        duration: NONE,
+        offset: p.prev_t_ns,
+        offset_end: p.prev_es_bytes,
+        size: p.packet_offset,
+        rtp_ssrc: u32::from(p.pid),
+        rtp_ts: u32::from(p.pes_packet_length),
+        rtp_seq: 0,
+        rtp_pt: p.stream_id,
+        kind: kind::PES,
+        flags: (push.flags & flags::IN_LIST)
+            | if p.random_access {
+                flags::RANDOM_ACCESS
+            } else {
+                0
+            },
+        ..*push
+    }
+}
+
+/// [`Local::scan_ts`] for a buffer of several memories: packet by packet,
+/// each copied to the stack (mapping the whole buffer would merge, i.e. allocate).
+#[cold]
+fn scan_ts_pieces(
+    pes: &mut PesTracker,
+    buffer: &gst::BufferRef,
+    push: &Record,
+    emit: &mut impl FnMut(&PesStart),
+) {
+    let size = buffer.size();
+    let extract = |offset: usize, out: &mut [u8]| {
+        // SAFETY: copies at most `out.len()` bytes into `out`.
+        let n = unsafe {
+            gst::ffi::gst_buffer_extract(
+                buffer.as_mut_ptr(),
+                offset,
+                out.as_mut_ptr().cast(),
+                out.len(),
+            )
+        };
+        n == out.len()
+    };
+    let mut sync = [0u8; 1];
+    for offset in (0..size).step_by(TS_PACKET) {
+        if !extract(offset, &mut sync) || sync[0] != 0x47 {
+            return;
+        }
+    }
+    let mut pkt = [0u8; TS_PACKET];
+    for offset in (0..size).step_by(TS_PACKET) {
+        if extract(offset, &mut pkt) {
+            let at = offset.min(u32::MAX as usize) as u32;
+            pes.packet(push.pad_id, push.t_ns, &pkt, at, emit);
+        }
+    }
+}
+
 /// `pad-push-pre`: records the buffer.
 #[inline]
 pub fn on_push(pad: &gst::Pad, buffer: &gst::BufferRef) {
@@ -533,6 +625,7 @@ pub fn on_push(pad: &gst::Pad, buffer: &gst::BufferRef) {
         let st = local.pad_state(rec, pad);
         let r = buffer_record(monotonic_ns(), local.slot.idx, st, buffer, 0, 0);
         local.emit(rec, &r);
+        local.scan_ts(rec, buffer, &r);
         local.enter(pad, st.peer_is_sink.then_some(r));
     });
 }
@@ -548,6 +641,7 @@ pub fn on_push_list(pad: &gst::Pad, list: &gst::BufferListRef) {
             let idx = i.min(u16::MAX as usize) as u16;
             let r = buffer_record(t, local.slot.idx, st, buffer, idx, flags::IN_LIST);
             local.emit(rec, &r);
+            local.scan_ts(rec, buffer, &r);
             last = Some(r);
         }
         local.enter(pad, last.filter(|_| st.peer_is_sink));

@@ -7,6 +7,8 @@ use gst::prelude::*;
 
 /// Default per-thread ring capacity in records.
 pub const DEFAULT_RING: usize = 65536;
+/// Default interval of the `STATS` chunks in milliseconds.
+pub const DEFAULT_STATS_INTERVAL_MS: u64 = 100;
 
 /// Settings of the tracer; unset fields fall back to the environment.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -15,6 +17,8 @@ pub struct Settings {
     pub dir: Option<PathBuf>,
     pub process: Option<String>,
     pub ring: Option<usize>,
+    /// Interval of the `STATS` chunks in ms, 0 = none.
+    pub stats_interval_ms: Option<u64>,
 }
 
 impl Settings {
@@ -44,6 +48,9 @@ impl Settings {
                 ("dir", Some(v)) => settings.dir = Some(v.into()),
                 ("process", Some(v)) => settings.process = Some(v),
                 ("ring", Some(v)) => settings.ring = v.trim().parse().ok(),
+                ("stats-interval-ms", Some(v)) => {
+                    settings.stats_interval_ms = v.trim().parse().ok()
+                }
                 (other, _) => eprintln!("latlab tracer: ignoring unknown param '{other}'"),
             }
         }
@@ -53,6 +60,16 @@ impl Settings {
     /// Per-thread ring capacity in records.
     pub fn ring_capacity(&self) -> usize {
         self.ring.filter(|&n| n > 0).unwrap_or(DEFAULT_RING)
+    }
+
+    /// Interval of the `STATS` chunks in ms (0 disables them): param
+    /// `stats-interval-ms`, `LATLAB_STATS_INTERVAL_MS`, else 100.
+    pub fn stats_interval_ms(&self) -> u64 {
+        self.stats_interval_ms
+            .or_else(|| {
+                env_nonempty("LATLAB_STATS_INTERVAL_MS").and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(DEFAULT_STATS_INTERVAL_MS)
     }
 
     /// The latlab process name: param, `LATLAB_PROCESS`, else the program name.
@@ -102,7 +119,10 @@ mod tests {
     #[test]
     fn parses_params() {
         gst::init().unwrap();
-        let s = Settings::from_params(Some("dir=/tmp/x,process=sender,ring=1024"));
+        let s = Settings::from_params(Some(
+            "dir=/tmp/x,process=sender,ring=1024,stats-interval-ms=0",
+        ));
+        assert_eq!(s.stats_interval_ms(), 0);
         assert_eq!(s.dir, Some(PathBuf::from("/tmp/x")));
         assert_eq!(s.process.as_deref(), Some("sender"));
         assert_eq!(s.ring_capacity(), 1024);

@@ -11,6 +11,7 @@ use gst::prelude::*;
 use super::chunk::{self, ChunkWriter, ClockDesc, PadDesc};
 use super::recorder::{monotonic_ns, realtime_ns, ClockSample, Note, Recorder};
 use super::signals;
+use super::stats::StatsElements;
 
 /// Normal pause between two cycles.
 const CYCLE_MS: i32 = 10;
@@ -27,12 +28,17 @@ pub struct Writer {
     written: u64,
     last_drops: u64,
     last_clock_ns: u64,
+    /// Interval of the `STATS` chunks, 0 = none.
+    stats_interval_ns: u64,
+    last_stats_ns: u64,
+    stats: StatsElements,
     failed: bool,
 }
 
 impl Writer {
-    /// Creates the file (and its directory), writes the header and `INFO`.
-    pub fn open(path: &Path, process: &str, pid: u32) -> io::Result<Self> {
+    /// Creates the file (and its directory), writes the header and `INFO`;
+    /// `STATS` chunks follow every `stats_interval_ms` (0: none).
+    pub fn open(path: &Path, process: &str, pid: u32, stats_interval_ms: u64) -> io::Result<Self> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
@@ -48,6 +54,9 @@ impl Writer {
             written: 0,
             last_drops: 0,
             last_clock_ns: start,
+            stats_interval_ns: stats_interval_ms.saturating_mul(1_000_000),
+            last_stats_ns: start,
+            stats: StatsElements::default(),
             failed: false,
         })
     }
@@ -80,6 +89,7 @@ impl Writer {
         self.write_pads(rec);
         self.write_notes(rec);
         self.write_periodic_clocks(rec);
+        self.write_periodic_stats();
         let busy = self.write_events(rec);
         self.write_drops(rec);
         self.flush();
@@ -109,6 +119,31 @@ impl Writer {
         let pending = rec.take_pending_pads();
         for (id, pad) in &pending {
             chunk::pad(&mut self.buf, &describe_pad(rec, *id, pad));
+            if self.stats_interval_ns > 0 {
+                let peer = pad.peer();
+                for element in [Some(pad), peer.as_ref()]
+                    .into_iter()
+                    .flatten()
+                    .filter_map(owning_element)
+                {
+                    self.stats.add(&element);
+                }
+            }
+        }
+    }
+
+    /// Every stats interval, a `STATS` chunk per element with a `stats` property
+    /// (those seen through the pads that carried data, and their peers).
+    fn write_periodic_stats(&mut self) {
+        let now = monotonic_ns();
+        if self.stats_interval_ns == 0
+            || now.saturating_sub(self.last_stats_ns) < self.stats_interval_ns
+        {
+            return;
+        }
+        self.last_stats_ns = now;
+        for r in self.stats.read() {
+            chunk::stats(&mut self.buf, r.t_ns, &r.element, &r.factory, &r.json);
         }
     }
 
