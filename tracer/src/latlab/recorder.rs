@@ -782,3 +782,63 @@ fn is_monotonic_system_clock(clock: &gst::Clock) -> bool {
         .downcast_ref::<gst::SystemClock>()
         .is_some_and(|c| c.property::<gst::ClockType>("clock-type") == gst::ClockType::Monotonic)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A TS packet of PID 0x41 starting a video PES with PTS 0x1_0000_0001.
+    fn pes_start() -> [u8; TS_PACKET] {
+        let mut p = [0xAB; TS_PACKET];
+        p[..4].copy_from_slice(&[0x47, 0x40, 0x41, 0x10]);
+        p[4..13].copy_from_slice(&[0, 0, 1, 0xE0, 0, 0, 0x80, 0x80, 5]);
+        p[13..18].copy_from_slice(&[0x29, 0, 1, 0, 3]);
+        p
+    }
+
+    #[test]
+    fn a_buffer_of_several_memories_is_scanned_like_one() {
+        gst::init().unwrap();
+        let mut cont = [0xCD; TS_PACKET];
+        cont[..4].copy_from_slice(&[0x47, 0x00, 0x41, 0x11]);
+        let data = [pes_start(), cont, pes_start()].concat();
+        let mut buffer = gst::Buffer::new();
+        for piece in [&data[..100], &data[100..400], &data[400..]] {
+            buffer
+                .get_mut()
+                .unwrap()
+                .append_memory(gst::Memory::from_slice(piece.to_vec()));
+        }
+        assert_eq!(buffer.n_memory(), 3);
+        let push = Record {
+            t_ns: 7,
+            pad_id: 2,
+            flags: flags::IN_LIST | flags::RTP,
+            ..Record::default()
+        };
+        let (mut whole, mut pieces) = (Vec::new(), Vec::new());
+        PesTracker::default().scan(2, 7, &data, |p| whole.push(pes_record(&push, p)));
+        let mut tracker = PesTracker::default();
+        scan_ts_pieces(&mut tracker, &buffer, &push, &mut |p| {
+            pieces.push(pes_record(&push, p))
+        });
+        assert_eq!(whole, pieces);
+        assert_eq!(pieces.len(), 2);
+        let second = pieces[1];
+        assert_eq!(
+            (second.pts, second.size, second.rtp_ssrc),
+            (0x1_0000_0001, 376, 0x41)
+        );
+        assert_eq!((second.offset, second.offset_end), (7, 2 * 184 - 14));
+        assert_eq!(
+            (second.kind, second.flags, second.rtp_pt),
+            (kind::PES, flags::IN_LIST, 0xE0)
+        );
+        // A sync byte missing in a later memory: nothing.
+        let mut bad = buffer.copy_deep().unwrap();
+        bad.get_mut().unwrap().map_writable().unwrap()[188] = 0;
+        let mut n = 0;
+        scan_ts_pieces(&mut PesTracker::default(), &bad, &push, &mut |_| n += 1);
+        assert_eq!(n, 0);
+    }
+}
