@@ -26,6 +26,11 @@ STOP_STEPS: tuple[tuple[signal.Signals, str, float | None], ...] = (
     (signal.SIGKILL, "sigkill", None),
 )
 _SOURCE_LINE = re.compile(r"^\S+\.(c|cc|cpp|rs)\(\d+\):")
+# gst-launch-1.0's report of an element's message: "ERROR: from element /GstPipeline:pipeline0/
+# GstSRTSrc:srtsrc0: text" (errors on stderr, warnings on stdout).
+_ELEMENT_MESSAGE = re.compile(
+    r"^(ERROR|WARNING): from element (\S*?)([A-Za-z0-9_]+):([^/:\s]+): (.*)$"
+)
 
 
 @dataclass
@@ -134,6 +139,18 @@ class ChildProcess:
             text = ""
         return summarize_stderr(text.splitlines(), limit)
 
+    def last_element_message(self) -> ElementMessage | None:
+        """The last ERROR or WARNING an element posted, from both logs (errors first)."""
+        found: list[ElementMessage] = []
+        for log in (self.stderr_log, self.stdout_log):
+            try:
+                text = log.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            found += [m for m in map(element_message, text.splitlines()) if m is not None]
+        errors = [m for m in found if m.level == "ERROR"]
+        return (errors or found or [None])[-1]
+
     def describe(self, origin_ns: int) -> dict[str, Any]:
         """Plain data for run.json; times are seconds after ``origin_ns`` (CLOCK_MONOTONIC)."""
 
@@ -181,8 +198,33 @@ class ChildProcess:
         self.exited.set()
 
 
+@dataclass(frozen=True)
+class ElementMessage:
+    """An ERROR or WARNING message of one element, as gst-launch-1.0 printed it."""
+
+    level: str  # "ERROR" | "WARNING"
+    element_type: str  # e.g. "GstSRTSrc"
+    element: str  # e.g. "srtsrc0"
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.element}: {self.text}"
+
+
+def element_message(line: str) -> ElementMessage | None:
+    """Parse one ``ERROR|WARNING: from element /PATH/Type:name: text`` line (else None)."""
+    match = _ELEMENT_MESSAGE.match(line.strip())
+    if match is None:
+        return None
+    level, _, element_type, element, text = match.groups()
+    return ElementMessage(level, element_type, element, text.strip())
+
+
 def summarize_stderr(lines: Sequence[str], limit: int = 2) -> str:
-    """Pick gst-launch's ERROR/erroneous-pipeline lines (or the last lines) for a message."""
+    """Pick gst-launch's ERROR/erroneous-pipeline lines (or the last lines) for a message.
+
+    An element's error line is shortened to ``element: text``.
+    """
     lines = [line.strip() for line in lines if line.strip()]
     start = next(
         (i for i, line in enumerate(lines) if line.startswith(("ERROR", "WARNING: erroneous"))),
@@ -190,4 +232,11 @@ def summarize_stderr(lines: Sequence[str], limit: int = 2) -> str:
     )
     picked = lines[start:] if start is not None else lines[-limit:]
     picked = [p for p in picked if p != "Additional debug info:" and not _SOURCE_LINE.match(p)]
+    picked = [_short(p) for p in picked]
     return " | ".join(picked[:limit]) or "(nothing on stderr)"
+
+
+def _short(line: str) -> str:
+    """``ERROR: from element /PATH/Type:name: text`` as ``name: text`` (else unchanged)."""
+    message = element_message(line)
+    return line if message is None else str(message)

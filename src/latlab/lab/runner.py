@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from latlab.ingest.trace_format import Kind
+from latlab.ingest.trace_reader import TraceError, open_trace
 from latlab.lab import rundir
 from latlab.lab.devices import DeviceError, Devices, cleanup_stale_devices
 from latlab.lab.netns import Lab, LabError, cleanup_stale
@@ -169,6 +171,7 @@ class _Run:
                         self._stop_all()
                         self._stop_devices()
                         self.sampler.stop()
+                self._check_media()
             except BaseException as exc:
                 self._record_failure(exc)
                 raise
@@ -280,9 +283,10 @@ class _Run:
             return
         if child.eof:
             code = child.exit_code()
+            summary = child.stderr_summary()
             raise RunError(
-                f"process '{child.name}' failed to start (exit code {code}): "
-                f"{child.stderr_summary()}"
+                f"process '{child.name}' failed to start (exit code {code}): {summary}"
+                + _bind_hint(summary, self.scenario.process(child.name).host)
             )
         raise RunError(
             f"process '{child.name}' not ready after {READY_TIMEOUT_S:g} s "
@@ -336,9 +340,37 @@ class _Run:
             for _, child in self.children:
                 child.kill_group()
 
+    def _check_media(self) -> None:
+        """RunError naming a traced pipeline through which no buffer passed during the run.
+
+        Such a process waited for media the whole run (an SRT peer that never connected,
+        a rejected passphrase); the cause is the last warning or error of its elements.
+        """
+        if not self.trace:
+            return
+        for proc, child in self.children:
+            if proc.command or child.pid is None:
+                continue
+            pushed = pushed_buffers(
+                self.out_dir / rundir.TRACES / f"{proc.name}-{child.pid}.lltrace"
+            )
+            if pushed == 0:
+                raise RunError(self._no_media_message(child))
+
+    def _no_media_message(self, child: ChildProcess) -> str:
+        measured = (self.measure_end_ns or 0) - (self.measure_start_ns or 0)
+        problem = f"process '{child.name}' saw no media: no buffer passed any pad"
+        problem += f" in the {measured / 1e9:.1f} s run"
+        message = child.last_element_message()
+        if message is None:
+            return f"{problem} (and no element reported a warning or error)"
+        if message.element_type.startswith("GstSRT"):
+            return f"{problem}; SRT connection failed: {message}"
+        return f"{problem}; last {message.level.lower()}: {message}"
+
     def _run_json(self) -> dict[str, Any]:
         origin = self.started.monotonic_ns
-        measured = None
+        measured = 0.0  # a run that failed while starting measured nothing
         if self.measure_start_ns is not None and self.measure_end_ns is not None:
             measured = round((self.measure_end_ns - self.measure_start_ns) / 1e9, 6)
         lab = self.lab.describe() if self.lab else {"hosts": {}, "links": []}
@@ -377,6 +409,24 @@ class _Run:
     def _write_run_json(self) -> None:
         with signals_deferred():
             rundir.write_json(self.out_dir / "run.json", self._run_json())
+
+
+def pushed_buffers(trace_path: Path) -> int | None:
+    """How many buffers a trace saw pushed on any pad (None: no usable trace file)."""
+    if not trace_path.is_file():
+        return None
+    try:
+        with open_trace(trace_path) as (_, records):
+            return int((records.field("kind") == Kind.PUSH).sum()) if len(records) else 0
+    except TraceError:
+        return None
+
+
+def _bind_hint(summary: str, host: str) -> str:
+    """A hint for a socket that could not be bound (libsrt does not say why)."""
+    if "Cannot bind to" in summary or "Address already in use" in summary:
+        return f" (is another process on host '{host}' using that port?)"
+    return ""
 
 
 @contextmanager
