@@ -106,8 +106,9 @@ def run_scenario(
 ) -> RunResult:
     """Run ``scenario`` and write its run directory ``out_dir`` (see docs/run-dir.md).
 
-    Raises RunError when a process fails to start, is not ready within 10 s or exits
-    early; TracerNotBuilt when ``trace`` is set and the tracer plugin is missing;
+    Raises RunError when a process fails to start, is not ready within 10 s, exits
+    early, or (traced) let no buffer through during the whole run; TracerNotBuilt when
+    ``trace`` is set and the tracer plugin is missing;
     KeyboardInterrupt / Terminated (SystemExit 143) on Ctrl-C / SIGTERM, after cleanup.
     """
     out_dir = Path(out_dir)
