@@ -69,7 +69,8 @@ def test_payload_time_lands_in_the_payloader(run_and_analyze: RunScenario) -> No
     assert _grew(base, planted, "rtpl16pay0:src", "mean_ms") == pytest.approx(
         15.0, abs=TOLERANCE_MS
     )
-    assert _grew(base, planted, "rtpl16pay0:src", "max_ms") == pytest.approx(30.0, abs=1.0)
+    # a quarter of the units wait the longest (30 ms): p90 sits there; the max is one outlier
+    assert _grew(base, planted, "rtpl16pay0:src", "p90_ms") == pytest.approx(30.0, abs=1.0)
 
 
 def test_segment_means_add_up_and_nothing_is_lost(run_and_analyze: RunScenario) -> None:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from latlab.analysis.phases import phase_bounds
 from latlab.analysis.stats import Samples
 from latlab.ingest.events import EventTable
 from latlab.ingest.workers import in_background, parallel_map
@@ -43,6 +44,7 @@ class StreamAnalysis:
     end_to_end: SegmentStats
     cadence: dict[str, dict]
     handoffs: dict[str, float | int | list]
+    phases: dict[str, SegmentStats] = field(default_factory=dict)
 
 
 def analyze(
@@ -70,9 +72,13 @@ def _analyze_stream(journeys: Journeys, cadence: dict[str, dict]) -> StreamAnaly
         a, b, kind = span
         return _segment(names[a], names[b], kind, times[b] - times[a])
 
-    *segments, e2e = parallel_map(segment, spans)
+    bounds = phase_bounds(journeys)
+    spans += [(a, b, "phase") for a, b in bounds.values()]
+    stats = parallel_map(segment, spans)
+    segments, e2e = stats[: len(names) - 1], stats[len(names) - 1]
+    phases = dict(zip(bounds, stats[len(names) :], strict=True))
     path_cadence = {n: cadence[n] for n in names if n in cadence}
-    return StreamAnalysis(journeys, segments, e2e, path_cadence, _handoffs(journeys))
+    return StreamAnalysis(journeys, segments, e2e, path_cadence, _handoffs(journeys), phases)
 
 
 def _segment(a: str, b: str, kind: str, values: np.ndarray) -> SegmentStats:

@@ -19,8 +19,17 @@ import pyarrow.parquet as pq
 
 from latlab.ingest.link_events import merge_link_logs, read_link_logs
 from latlab.ingest.link_log import LinkLog
+from latlab.ingest.pes import PES_KIND, PesTable, empty_pes_table, pes_table
 from latlab.ingest.trace_format import EventFlag, Kind, PadFlag
-from latlab.ingest.trace_reader import ClockRecord, PadInfo, Trace, TraceError, open_trace
+from latlab.ingest.trace_reader import (
+    ClockRecord,
+    PadInfo,
+    SegmentRecord,
+    StatsRecord,
+    Trace,
+    TraceError,
+    open_trace,
+)
 from latlab.ingest.workers import parallel_map
 
 
@@ -41,6 +50,8 @@ class Probe:
     peer_element: str
     peer_factory: str
     caps: str
+    pad_id: int = 0
+    peer_pad: str = ""
 
     @property
     def is_render(self) -> bool:
@@ -68,6 +79,9 @@ class ProcessTrace:
     complete: bool
     problems: list[str]
     kind: str = "gstreamer"  # or "link": an emulated link's log
+    pes: PesTable = field(default_factory=empty_pes_table)
+    stats: list[StatsRecord] = field(default_factory=list)  # elements' ``stats`` readings
+    segments: dict[int, PadSegments] = field(default_factory=dict)  # time segments by pad
 
     @property
     def clock_domain(self) -> str:
@@ -116,6 +130,28 @@ class EventTable:
         """How many events a probe has."""
         return int(self.bounds[probe, 1] - self.bounds[probe, 0])
 
+    def pes_of(self, probe: int) -> PesTable:
+        """The PES starts recorded at a probe's pad (none for a sink's render probe)."""
+        p = self.probes[probe]
+        if p.kind != Kind.PUSH:
+            return empty_pes_table()
+        pes = self.processes[p.process].pes
+        return pes.select(pes.pad_id == p.pad_id)
+
+    def running_pts(self, probe: int) -> np.ndarray:
+        """A probe's PTS as running time (the time the pipeline clock schedules by).
+
+        Elements such as video encoders shift their output PTS (x264enc by 1000 h)
+        and announce it in the segment, so a stream's positions are only comparable
+        as running time. PTS where no time segment was seen stay as they are; none is -1.
+        """
+        pts = self.probe_column(probe, "pts")
+        p = self.probes[probe]
+        segments = self.processes[p.process].segments.get(p.pad_id)
+        if segments is None:
+            return pts
+        return segments.running_time(self.probe_column(probe, "t_ns"), pts)
+
     def probe_column(self, probe: int, name: str) -> np.ndarray:
         """One column of one probe's events (a view)."""
         part = self.parts[self.probes[probe].process]
@@ -137,6 +173,50 @@ class EventTable:
     def write_parquet(self, path: Path) -> None:
         """Store the events as Parquet (one file for the run)."""
         pq.write_table(self.to_arrow(), path, compression="zstd")
+
+
+@dataclass
+class PadSegments:
+    """The time segments a pad carried, in the order they were pushed."""
+
+    t_ns: np.ndarray
+    start: np.ndarray  # start + offset: where running time 0 + base is
+    base: np.ndarray
+    rate: np.ndarray
+
+    def running_time(self, t_ns: np.ndarray, pts: np.ndarray) -> np.ndarray:
+        """Running time of each PTS under the segment in force when its event happened.
+
+        As ``gst_segment_to_running_time`` for a forward segment; -1 for none or
+        a PTS before the segment's start.
+        """
+        i = np.maximum(np.searchsorted(self.t_ns, t_ns, side="right") - 1, 0)
+        start, base, rate = self.start[i], self.base[i], self.rate[i]
+        inside = (pts >= 0) & (pts >= start)
+        elapsed = pts - start
+        if np.any(rate != 1.0):
+            elapsed = np.where(rate == 1.0, elapsed, (elapsed / np.abs(rate)).astype(np.int64))
+        return np.where(inside, elapsed + base, -1)
+
+
+TIME_FORMAT = 3
+
+
+def time_segments(records: list[SegmentRecord]) -> dict[int, PadSegments]:
+    """Forward time segments per pad (others cannot map PTS to running time)."""
+    by_pad: dict[int, list[SegmentRecord]] = {}
+    for r in sorted(records, key=lambda r: r.t_ns):
+        if r.format == TIME_FORMAT and r.rate > 0 and r.start >= 0:
+            by_pad.setdefault(r.pad_id, []).append(r)
+    return {
+        pad: PadSegments(
+            t_ns=np.array([r.t_ns for r in rs], np.int64),
+            start=np.array([r.start + max(r.offset, 0) for r in rs], np.int64),
+            base=np.array([max(r.base, 0) for r in rs], np.int64),
+            rate=np.array([r.rate for r in rs], np.float64),
+        )
+        for pad, rs in by_pad.items()
+    }
 
 
 def find_traces(run_dir: Path) -> list[Path]:
@@ -179,6 +259,7 @@ class _GroupedTrace:
     trace: Trace  # its events are grouped
     codes: np.ndarray  # per probe: pad_id * 2 + (kind == done), ascending
     counts: np.ndarray  # events per probe
+    pes: PesTable = field(default_factory=empty_pes_table)  # PES starts, apart from probes
 
 
 def _read_grouped(path: Path) -> _GroupedTrace | TraceError:
@@ -186,18 +267,21 @@ def _read_grouped(path: Path) -> _GroupedTrace | TraceError:
     try:
         with open_trace(path) as (trace, records):
             kind = records.field("kind")
+            is_pes = kind == PES_KIND
+            pes = pes_table(records.gather(np.flatnonzero(is_pes))) if is_pes.any() else None
             codes = records.field("pad_id").astype(np.int64)
             codes *= 2
             codes += kind == Kind.DONE
-            probe_codes, probe = _probe_of_events(codes, kind == Kind.EOS)
-            del codes, kind
+            probe_codes, probe = _probe_of_events(codes, (kind == Kind.EOS) | is_pes)
+            probe[is_pes] = -1
+            del codes, kind, is_pes
             order = np.argsort(probe, kind="stable")  # a radix sort on int16
             order = order[np.count_nonzero(probe < 0) :]  # events of no probe sort first (-1)
             trace.events = records.gather(order)
     except TraceError as exc:
         return exc
     counts = np.bincount(probe[probe >= 0], minlength=len(probe_codes))
-    return _GroupedTrace(trace, probe_codes, counts)
+    return _GroupedTrace(trace, probe_codes, counts, pes or empty_pes_table())
 
 
 def group_in_memory(trace: Trace) -> _GroupedTrace:
@@ -252,6 +336,9 @@ class _TableBuilder:
                 trace.complete,
                 list(trace.problems),
                 trace.info.get("kind", "gstreamer"),
+                grouped.pes,
+                trace.stats,
+                time_segments(trace.segments),
             )
         )
         first_probe = len(self.probes)
@@ -383,6 +470,8 @@ def _make_probe(
         peer_element=info.peer_element,
         peer_factory=info.peer_factory,
         caps=caps.get(info.pad_id, ""),
+        pad_id=info.pad_id,
+        peer_pad=info.peer_pad,
     )
 
 

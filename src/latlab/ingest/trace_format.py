@@ -63,6 +63,7 @@ class Chunk(IntEnum):
     DROPS = 7
     END = 8
     STATS = 9
+    SEGMENT = 10
 
 
 class Kind(IntEnum):

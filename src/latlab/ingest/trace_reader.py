@@ -76,6 +76,25 @@ class StatsRecord:
 
 
 @dataclass
+class SegmentRecord:
+    """A segment event seen at a pad (a SEGMENT chunk); times in ns, none is -1."""
+
+    pad_id: int
+    t_ns: int
+    format: int  # GstFormat: 3 = time
+    flags: int
+    rate: float
+    applied_rate: float
+    base: int
+    offset: int
+    start: int
+    stop: int
+    time: int
+    position: int
+    duration: int
+
+
+@dataclass
 class Trace:
     """Everything one trace file holds."""
 
@@ -88,6 +107,7 @@ class Trace:
     caps: list[tuple[int, int, str]] = field(default_factory=list)
     clocks: list[ClockRecord] = field(default_factory=list)
     stats: list[StatsRecord] = field(default_factory=list)
+    segments: list[SegmentRecord] = field(default_factory=list)
     events: np.ndarray = field(default_factory=lambda: np.empty(0, EVENT_DTYPE))
     dropped: int = 0
     complete: bool = False
@@ -273,6 +293,8 @@ def _apply_chunk(trace: Trace, ctype: int, payload: memoryview) -> None:
         if not isinstance(fields, dict):
             raise ValueError("STATS payload is not a JSON object")
         trace.stats.append(StatsRecord(t_ns, element, factory, fields))
+    elif ctype == Chunk.SEGMENT:
+        trace.segments.append(SegmentRecord(*cur.unpack("<IQIIdd7q")))
     elif ctype == Chunk.END:
         _, _, dropped = cur.unpack("<QQQ")
         trace.dropped = max(trace.dropped, dropped)

@@ -184,6 +184,7 @@ def _stream_figures(stream: dict[str, Any], analysis: StreamAnalysis) -> dict[st
             for s in stream["segments"]
         ],
         "kinds": _kinds(analysis),
+        "phases": {name: _pick(phase) for name, phase in stream.get("phases", {}).items()},
     }
 
 

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from latlab.analysis.frames import frame_effects, frames_held
 from latlab.analysis.segments import SegmentStats, StreamAnalysis
 from latlab.ingest.events import EventTable
 from latlab.stitch.devices import segment_device_flags
@@ -65,6 +66,17 @@ def _finite(value: float | int) -> float | int | None:
 
 
 def _stream(s: StreamAnalysis) -> dict[str, Any]:
+    out = _stream_core(s)
+    if s.journeys.media == "video":
+        for segment, held in zip(out["segments"], frames_held(s), strict=True):
+            segment["frames_held_p50"] = held
+    effects = frame_effects(s)
+    if effects:
+        out["frames"] = effects
+    return out
+
+
+def _stream_core(s: StreamAnalysis) -> dict[str, Any]:
     j = s.journeys
     units_total = len(j.unit_start)
     return {
@@ -95,6 +107,10 @@ def _stream(s: StreamAnalysis) -> dict[str, Any]:
             "to": s.end_to_end.to_probe,
             **_stats(s.end_to_end),
             "histogram": s.end_to_end.histogram,
+        },
+        "phases": {
+            name: {"from": seg.from_probe, "to": seg.to_probe, **_stats(seg)}
+            for name, seg in s.phases.items()
         },
         "cadence": {name: {k: _finite(v) for k, v in c.items()} for name, c in s.cadence.items()},
         "thread_handoffs": s.handoffs,

@@ -42,11 +42,17 @@ def stage_table(stream: dict[str, Any]) -> Table:
     table.add_column("kind")
     for label, _ in COLUMNS:
         table.add_column(f"{label} ms", justify="right")
+    held = stream["media"] == "video"
+    if held:
+        table.add_column("frames\nheld", justify="right")
     previous = None
     for i, seg in enumerate(stream["segments"], 1):
-        table.add_row(
-            str(i), _short(seg["to"], previous), seg["kind"], *(_ms(seg[key]) for _, key in COLUMNS)
-        )
+        cells = [str(i), _short(seg["to"], previous), seg["kind"]]
+        cells += [_ms(seg[key]) for _, key in COLUMNS]
+        if held:
+            frames = seg.get("frames_held_p50")
+            cells.append("-" if frames is None else f"{frames:.1f}")
+        table.add_row(*cells)
         previous = seg["to"]
     e2e = stream["end_to_end"]
     negative = [seg for seg in stream["segments"] if seg.get("negative")]
@@ -61,6 +67,51 @@ def stage_table(stream: dict[str, Any]) -> Table:
         "",
         *(Text(_ms(e2e[key]), style="bold") for _, key in COLUMNS),
     )
+    return table
+
+
+PHASE_ORDER = ("encode", "mux", "sender", "transport", "decode", "render", "receiver")
+
+
+def phase_table(stream: dict[str, Any]) -> Table:
+    """The phases people budget for (encode, transport, decode, ...), per unit."""
+    table = Table(
+        title="phases (each a distribution of the units' own sums)",
+        title_justify="left",
+        header_style="bold",
+    )
+    table.add_column("phase")
+    table.add_column("from → to")
+    for label, _ in COLUMNS:
+        table.add_column(f"{label} ms", justify="right")
+    phases = stream.get("phases", {})
+    for name in [p for p in PHASE_ORDER if p in phases]:
+        phase = phases[name]
+        span = f"{phase['from'].rsplit('/', 1)[-1]} → {phase['to'].rsplit('/', 1)[-1]}"
+        table.add_row(name, span, *(_ms(phase[key]) for _, key in COLUMNS))
+    table.add_section()
+    e2e = stream["end_to_end"]
+    table.add_row(Text("total", style="bold"), "", *(_ms(e2e[key]) for _, key in COLUMNS))
+    return table
+
+
+def frame_table(frames: dict[str, Any]) -> Table:
+    """I- versus P-frames: size, transport time and the wait from first to last byte."""
+    table = Table(title="frame types", title_justify="left", header_style="bold")
+    table.add_column("type")
+    table.add_column("frames", justify="right")
+    table.add_column("bytes p50", justify="right")
+    table.add_column("bytes max", justify="right")
+    for measure in ("transport", "first_to_last_byte"):
+        label = measure.replace("_", " ")
+        table.add_column(f"{label} p50 ms", justify="right")
+        table.add_column(f"{label} p99 ms", justify="right")
+    for kind, entry in frames.items():
+        cells = [kind, str(entry["frames"]), f"{entry['bytes_p50']:.0f}", str(entry["bytes_max"])]
+        for measure in ("transport", "first_to_last_byte"):
+            stats = entry.get(measure, {})
+            cells += [_ms(stats.get("p50_ms")), _ms(stats.get("p99_ms"))]
+        table.add_row(*cells)
     return table
 
 
@@ -167,6 +218,10 @@ def render_summary(
         shares = where_time_goes(stream)
         if shares:
             parts.append(Text(f"where the time goes (share of the mean): {shares}"))
+        if stream.get("phases"):
+            parts.append(phase_table(stream))
+        if stream.get("frames"):
+            parts.append(frame_table(stream["frames"]))
         handoffs = stream["thread_handoffs"]
         parts.append(
             Text(

@@ -18,12 +18,15 @@ import numpy as np
 from latlab.ingest.events import EventTable, Probe
 from latlab.ingest.trace_reader import ClockRecord
 from latlab.ingest.workers import parallel_map
+from latlab.stitch.mpegts import PesFrames
+from latlab.stitch.mpegts_path import mpegts_stages
 from latlab.stitch.paths import StreamPath, find_paths
 from latlab.stitch.position import (
     MISSING,
     PacketTable,
     ProbeEvents,
     Ranges,
+    empty_ranges,
     first_covering,
     learn_packet_table,
     mapped_ranges,
@@ -53,6 +56,9 @@ class Journeys:
     threads: np.ndarray  # (units, probes) int32 global thread index, MISSING if unknown
     clock_domains: list[str]
     counts: dict[str, int] = field(default_factory=dict)
+    probe_klass: list[str] = field(default_factory=list)  # element klass per probe
+    unit_bytes: np.ndarray | None = None  # per unit: encoded size (TS paths), -1 unknown
+    unit_keyframe: np.ndarray | None = None  # per unit: a random-access (I) frame
 
     @cached_property
     def complete(self) -> np.ndarray:
@@ -67,7 +73,14 @@ class _ProbeColumns:
         self.table = table
 
     def events(self, probe: int) -> ProbeEvents:
-        return ProbeEvents(lambda name: self.table.probe_column(probe, name))
+        """A probe's events; their ``pts`` are running time (see EventTable.running_pts)."""
+
+        def fetch(name: str) -> np.ndarray:
+            if name == "pts":
+                return self.table.running_pts(probe)
+            return self.table.probe_column(probe, name)
+
+        return ProbeEvents(fetch)
 
 
 def build_journeys(table: EventTable, unit_ms: float = 10.0) -> list[Journeys]:
@@ -84,17 +97,30 @@ def build_journeys(table: EventTable, unit_ms: float = 10.0) -> list[Journeys]:
 def _stream_journeys(
     table: EventTable, columns: _ProbeColumns, path: StreamPath, unit_ns: int
 ) -> Journeys | None:
-    probes = [table.probes[i] for i in path.probes]
-    ranges = _ranges_along_path(probes, columns, path.ssrc)
+    path_probes = [table.probes[i] for i in path.probes]
+    video = _media(path_probes[0].caps) == "video"
+    if video:
+        unit_ns = _frame_ns(columns.events(path_probes[0].index)) or unit_ns
+    sent = None
+    if path.pid is not None:
+        stages, sent = mpegts_stages(table, columns, path_probes, path.pid, unit_ns)
+    else:
+        ranges = _ranges_along_path(path_probes, columns, path.ssrc)
+        stages = [(p, "", r) for p, r in zip(path_probes, ranges, strict=True)]
+    probes = [p for p, _, _ in stages]
+    ranges = [r for _, _, r in stages]
     origin = ranges[0]
     if len(origin.start) == 0:
         return None
-    unit_start = _unit_grid(origin, unit_ns)
+    # A video unit is a frame: the grid is the frames' own PTS, not a regular step.
+    unit_start = np.unique(origin.start) if video else _unit_grid(origin, unit_ns)
     unit_end = unit_start + unit_ns - 1
-    passages = parallel_map(lambda r: first_covering(r, unit_end, unit_ns), ranges)
+    step = None if video else unit_ns
+    passages = parallel_map(lambda r: first_covering(r, unit_end, step), ranges)
     times = [t for t, _ in passages]
     threads = [thread for _, thread in passages]
-    names = [p.name for p in probes]
+    names = [p.name + suffix for p, suffix, _ in stages]
+    klass = [p.klass for p in probes]
     kinds = [_segment_kind(a, b) for a, b in itertools.pairwise(probes)]
     if probes[0].factory in DEVICE_SOURCES:
         capture = device_capture_times(origin, unit_start)
@@ -105,6 +131,7 @@ def _stream_journeys(
         threads.insert(0, np.full(len(capture), MISSING, np.int32))
         names = [f"{names[0].rsplit(':', 1)[0]}:{CAPTURE}", *names]
         kinds = [CAPTURE, *kinds]
+        klass = ["", *klass]
     keep = _steady_window(times[-1])
     domains = [table.processes[p.process].clock_domain for p in probes]
     journeys = Journeys(
@@ -118,12 +145,38 @@ def _stream_journeys(
         times=_matrix(times, keep),
         threads=_matrix(threads, keep),
         clock_domains=domains,
+        probe_klass=klass,
     )
+    if sent is not None:
+        journeys.unit_bytes, journeys.unit_keyframe = _frame_facts(sent, journeys.unit_start)
     links = {i for i, proc in enumerate(table.processes) if proc.kind == "link"}
     journeys.counts = _packet_counts(
         probes, columns, path.ssrc, journeys, capture is not None, links
     )
     return journeys
+
+
+def _frame_facts(sent: PesFrames, unit_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each unit's encoded size and whether it is a random-access frame, from the PES sent."""
+    known = sent.position >= 0
+    position = sent.position[known]
+    order = np.argsort(position, kind="stable")
+    position = position[order]
+    size, keyframe = sent.es_bytes[known][order], sent.random_access[known][order]
+    if not len(position):
+        return np.full(len(unit_start), MISSING, np.int64), np.zeros(len(unit_start), bool)
+    idx = np.clip(np.searchsorted(position, unit_start), 0, len(position) - 1)
+    hit = position[idx] == unit_start  # PES positions snap to the frames' own PTS
+    return np.where(hit, size[idx], MISSING), hit & keyframe[idx]
+
+
+def _frame_ns(origin: ProbeEvents) -> int | None:
+    """A video source's frame duration: its buffers' duration, else the PTS step."""
+    durations = origin.duration[origin.duration > 0]
+    if len(durations):
+        return int(np.median(durations))
+    pts = np.unique(origin.pts[origin.pts >= 0])
+    return int(np.median(np.diff(pts))) if len(pts) > 1 else None
 
 
 def _ranges_along_path(
@@ -148,13 +201,8 @@ def _ranges_along_path(
         else:
             if knots is None and last_rtp is not None:
                 knots = receiver_knots(last_rtp, table, ssrc)
-            out.append(mapped_ranges(ev, knots) if knots else _empty_ranges())
+            out.append(mapped_ranges(ev, knots) if knots else empty_ranges())
     return out
-
-
-def _empty_ranges() -> Ranges:
-    empty = np.empty(0, np.int64)
-    return Ranges(empty, empty, empty, np.empty(0, np.int32))
 
 
 def _unit_grid(origin: Ranges, unit_ns: int) -> np.ndarray:
@@ -261,7 +309,7 @@ NETWORK_SINKS = {
 
 def _segment_kind(before: Probe, after: Probe) -> str:
     """What the time between two consecutive probes is spent on."""
-    if before.process != after.process:
+    if before.process != after.process or before is after:  # same probe: first to last byte
         return "network"
     if after.is_render:
         # A network source read straight by its application (kernel -> app) is network too.

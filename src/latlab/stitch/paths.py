@@ -1,9 +1,10 @@
-"""Find the paths media takes through a run: pad links inside a process, RTP across processes.
+"""Find the paths media takes through a run: pad links inside a process, RTP or MPEG-TS across.
 
 A path is the ordered list of probes one stream passes, from the source element
 that produced the media to the sink that rendered it. Inside a process it follows
 pad links (each probe names its peer element); across processes it follows the
-RTP SSRC from a sink that sent packets to a source that received them.
+RTP SSRC from a sink that sent packets to a source that received them, or, for a
+transport stream, the PES starts (PID and PTS) both sides saw.
 """
 
 from __future__ import annotations
@@ -15,16 +16,18 @@ import numpy as np
 
 from latlab.ingest.events import EventTable, Probe
 from latlab.ingest.trace_format import Kind
+from latlab.stitch.mpegts import TS_DEMUXERS, TS_MUXERS, demux_pad_carries, pes_keys, pid_of_mux_pad
 
 MAX_PATH_LENGTH = 256
 
 
 @dataclass(frozen=True)
 class StreamPath:
-    """One stream's path: probes in order, and the SSRC it crossed the network with."""
+    """One stream's path: probes in order, and the SSRC (or TS PID) it crossed the network with."""
 
     probes: tuple[int, ...]
     ssrc: int | None
+    pid: int | None = None
 
     @property
     def origin(self) -> int:
@@ -51,6 +54,11 @@ class _Index:
         self.render: dict[tuple[int, str], Probe] = {
             (p.process, p.element): p for p in table.probes if p.kind == Kind.DONE
         }
+        self.pes: dict[int, np.ndarray] = {}  # probe -> sorted PES keys it carried
+        for p in table.probes:
+            pes = table.pes_of(p.index)
+            if len(pes):
+                self.pes[p.index] = np.unique(pes_keys(pes.select(pes.pts >= 0)))
 
 
 def _distinct(values: np.ndarray) -> set[int]:
@@ -68,15 +76,23 @@ def find_paths(table: EventTable) -> list[StreamPath]:
     paths: list[StreamPath] = []
     for probe in table.probes:
         if _is_media_origin(probe, index):
-            for probes, ssrc in _walk(index, probe, ssrc=None, depth=0):
-                paths.append(StreamPath(tuple(probes), ssrc))
+            for probes, via in _walk(index, probe, _Via(), depth=0):
+                paths.append(StreamPath(tuple(probes), via.ssrc, via.pid))
     if not paths:  # receive-only traces: start at a source that carried RTP
         for probe in table.probes:
             if probe.element_is_source and index.is_rtp[probe.index]:
                 for ssrc in sorted(index.ssrcs.get(probe.index, ())):
-                    for probes, _ in _walk(index, probe, ssrc=ssrc, depth=0):
+                    for probes, _ in _walk(index, probe, _Via(ssrc=ssrc), depth=0):
                         paths.append(StreamPath(tuple(probes), ssrc))
     return paths
+
+
+@dataclass(frozen=True)
+class _Via:
+    """What a path crossed processes with so far: an RTP SSRC, or a TS PID."""
+
+    ssrc: int | None = None
+    pid: int | None = None
 
 
 def _is_media_origin(probe: Probe, index: _Index) -> bool:
@@ -84,43 +100,79 @@ def _is_media_origin(probe: Probe, index: _Index) -> bool:
         probe.kind == Kind.PUSH
         and probe.element_is_source
         and not index.is_rtp[probe.index]
+        and probe.index not in index.pes
         and index.counts[probe.index] > 0
     )
 
 
-def _walk(
-    index: _Index, probe: Probe, ssrc: int | None, depth: int
-) -> list[tuple[list[int], int | None]]:
+_Continuations = list[tuple[list[int], _Via]]
+
+
+def _walk(index: _Index, probe: Probe, via: _Via, depth: int) -> _Continuations:
     """All continuations from ``probe`` to a render probe (depth-first)."""
     if depth > MAX_PATH_LENGTH:
         return []
+    if probe.peer_factory in TS_MUXERS and via.pid is None:
+        via = _Via(via.ssrc, pid_of_mux_pad(probe.peer_pad))
     key = (probe.process, probe.peer_element)
-    results: list[tuple[list[int], int | None]] = []
+    results: _Continuations = []
     render = index.render.get(key)
     if render is not None:
-        results += _after_render(index, probe, render, ssrc, depth)
+        results += _after_render(index, probe, render, via, depth)
     for nxt in index.by_element.get(key, []):
-        if nxt.index != probe.index:
-            for rest, rest_ssrc in _walk(index, nxt, ssrc, depth + 1):
-                results.append(([probe.index, *rest], rest_ssrc))
+        if nxt.index == probe.index or not _carries(nxt, via):
+            continue
+        for rest, rest_via in _walk(index, nxt, via, depth + 1):
+            results.append(([probe.index, *rest], rest_via))
     return results
 
 
+def _carries(probe: Probe, via: _Via) -> bool:
+    """Whether a demuxer's source pad carries the path's PID (any other pad: yes)."""
+    return (
+        probe.factory not in TS_DEMUXERS or via.pid is None or demux_pad_carries(probe.pad, via.pid)
+    )
+
+
 def _after_render(
-    index: _Index, probe: Probe, render: Probe, ssrc: int | None, depth: int
-) -> list[tuple[list[int], int | None]]:
-    """End the path at a sink, or cross to the processes that received its RTP packets."""
+    index: _Index, probe: Probe, render: Probe, via: _Via, depth: int
+) -> _Continuations:
+    """End the path at a sink, or cross to the processes that received its packets."""
     here = [probe.index, render.index]
+    if probe.index in index.pes:
+        return _across_ts(index, probe, here, via, depth)
     if not index.ssrcs.get(probe.index):  # carried no RTP (a link may carry other traffic too)
-        return [(here, ssrc)]
-    results: list[tuple[list[int], int | None]] = []
+        return [(here, via)]
+    results: _Continuations = []
     for packet_ssrc in sorted(index.ssrcs.get(probe.index, ())):
-        if ssrc is not None and packet_ssrc != ssrc:
+        if via.ssrc is not None and packet_ssrc != via.ssrc:
             continue
         for receiver in _receivers(index, probe.process, packet_ssrc):
-            for rest, _ in _walk(index, receiver, packet_ssrc, depth + 1):
-                results.append(([*here, *rest], packet_ssrc))
-    return results or [(here, ssrc)]
+            for rest, _ in _walk(index, receiver, _Via(packet_ssrc), depth + 1):
+                results.append(([*here, *rest], _Via(packet_ssrc)))
+    return results or [(here, via)]
+
+
+def _across_ts(
+    index: _Index, probe: Probe, here: list[int], via: _Via, depth: int
+) -> _Continuations:
+    """Cross to the sources in other processes that received the same PES starts."""
+    keys = index.pes[probe.index]
+    if via.pid is not None:
+        keys = keys[(keys >> 33) == via.pid]
+    results: _Continuations = []
+    for receiver in index.table.probes:
+        theirs = index.pes.get(receiver.index)
+        if (
+            theirs is None
+            or receiver.process == probe.process
+            or not receiver.element_is_source
+            or not len(np.intersect1d(keys, theirs, assume_unique=True))
+        ):
+            continue
+        for rest, _ in _walk(index, receiver, via, depth + 1):
+            results.append(([*here, *rest], via))
+    return results or [(here, via)]
 
 
 def _receivers(index: _Index, sender_process: int, ssrc: int) -> list[Probe]:

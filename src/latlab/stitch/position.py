@@ -47,6 +47,7 @@ class ProbeEvents:
     ssrc = _Column()
     seq = _Column()
     rtp_ts = _Column()
+    size = _Column()
 
     def __init__(self, fetch: Callable[[str], np.ndarray], rows: np.ndarray | None = None) -> None:
         self._fetch = fetch
@@ -80,6 +81,12 @@ class Ranges:
     end: np.ndarray
     t_ns: np.ndarray
     thread: np.ndarray
+
+
+def empty_ranges() -> Ranges:
+    """Ranges of no event."""
+    empty = np.empty(0, np.int64)
+    return Ranges(empty, empty, empty, np.empty(0, np.int32))
 
 
 @dataclass

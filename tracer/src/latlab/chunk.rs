@@ -13,6 +13,7 @@ pub mod kind {
     pub const DROPS: u32 = 7;
     pub const END: u32 = 8;
     pub const STATS: u32 = 9;
+    pub const SEGMENT: u32 = 10;
 }
 
 /// Format version written in the header.
@@ -53,6 +54,11 @@ impl<'a> ChunkWriter<'a> {
     }
 
     pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.out.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+
+    pub fn f64(&mut self, v: f64) -> &mut Self {
         self.out.extend_from_slice(&v.to_le_bytes());
         self
     }
@@ -169,6 +175,29 @@ pub fn thread(out: &mut Vec<u8>, idx: u32, tid: u32, name: &str) {
 pub fn caps(out: &mut Vec<u8>, pad_id: u32, t_ns: u64, caps: &str) {
     let mut c = ChunkWriter::begin(out, kind::CAPS);
     c.u32(pad_id).u64(t_ns).str(caps);
+    c.finish();
+}
+
+/// The fields of a segment event, as the `SEGMENT` chunk stores them.
+pub struct SegmentDesc {
+    pub pad_id: u32,
+    pub t_ns: u64,
+    pub format: u32,
+    pub flags: u32,
+    pub rate: f64,
+    pub applied_rate: f64,
+    /// base, offset, start, stop, time, position, duration (NONE = all ones)
+    pub values: [u64; 7],
+}
+
+/// Appends a `SEGMENT` chunk.
+pub fn segment(out: &mut Vec<u8>, d: &SegmentDesc) {
+    let mut c = ChunkWriter::begin(out, kind::SEGMENT);
+    c.u32(d.pad_id).u64(d.t_ns).u32(d.format).u32(d.flags);
+    c.f64(d.rate).f64(d.applied_rate);
+    for v in d.values {
+        c.u64(v);
+    }
     c.finish();
 }
 

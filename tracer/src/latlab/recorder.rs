@@ -111,6 +111,11 @@ pub enum Note {
         caps: gst::Caps,
     },
     Clock(ClockSample),
+    Segment {
+        pad_id: u32,
+        t_ns: u64,
+        segment: gst::Segment,
+    },
 }
 
 /// The process-wide recorder shared by the hooks and the writer thread.
@@ -681,6 +686,20 @@ pub fn on_event(pad: &gst::Pad, event: &gst::EventRef) {
                     pad_id,
                     t_ns: monotonic_ns(),
                     caps: caps.to_owned(),
+                });
+            });
+        }
+        gst::EventType::Segment => {
+            let gst::EventView::Segment(s) = event.view() else {
+                return;
+            };
+            let segment = s.segment().clone();
+            with_local(|rec, local| {
+                let pad_id = local.pad_info(rec, pad).id;
+                rec.push_note(Note::Segment {
+                    pad_id,
+                    t_ns: monotonic_ns(),
+                    segment,
                 });
             });
         }

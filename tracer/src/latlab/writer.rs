@@ -20,6 +20,10 @@ const BUSY_CYCLE_MS: i32 = 1;
 /// Interval of the periodic `CLOCK` chunks.
 const CLOCK_INTERVAL_NS: u64 = 1_000_000_000;
 
+/// Cycles (about 10 ms each) a pad's description waits for the pad to have an
+/// element and a peer: a demuxer pushes events on a new pad before adding it.
+const PAD_DESCRIBE_WAIT_CYCLES: u32 = 200;
+
 /// Owns the trace file; runs on its own thread.
 pub struct Writer {
     file: File,
@@ -32,6 +36,9 @@ pub struct Writer {
     stats_interval_ns: u64,
     last_stats_ns: u64,
     stats: StatsElements,
+    /// Pads seen without an element or a peer yet: (id, pad, cycles waited).
+    deferred_pads: Vec<(u32, gst::Pad, u32)>,
+    finishing: bool,
     failed: bool,
 }
 
@@ -57,6 +64,8 @@ impl Writer {
             stats_interval_ns: stats_interval_ms.saturating_mul(1_000_000),
             last_stats_ns: start,
             stats: StatsElements::default(),
+            deferred_pads: Vec::new(),
+            finishing: false,
             failed: false,
         })
     }
@@ -98,6 +107,7 @@ impl Writer {
 
     /// Last cycle and the `END` chunk.
     fn finish(&mut self, rec: &Recorder) {
+        self.finishing = true;
         self.cycle(rec);
         self.buf.clear();
         let dropped = rec.dropped.load(Ordering::Relaxed);
@@ -115,9 +125,24 @@ impl Writer {
         }
     }
 
+    /// Describes the pads seen since the last cycle, each once it is in an element
+    /// and linked (or once it waited long enough, or at the end).
     fn write_pads(&mut self, rec: &Recorder) {
-        let pending = rec.take_pending_pads();
-        for (id, pad) in &pending {
+        let mut ready = Vec::new();
+        let seen = std::mem::take(&mut self.deferred_pads).into_iter().chain(
+            rec.take_pending_pads()
+                .into_iter()
+                .map(|(id, pad)| (id, pad, 0)),
+        );
+        for (id, pad, waited) in seen {
+            let placed = owning_element(&pad).is_some() && pad.peer().is_some();
+            if placed || self.finishing || waited >= PAD_DESCRIBE_WAIT_CYCLES {
+                ready.push((id, pad));
+            } else {
+                self.deferred_pads.push((id, pad, waited + 1));
+            }
+        }
+        for (id, pad) in &ready {
             chunk::pad(&mut self.buf, &describe_pad(rec, *id, pad));
             if self.stats_interval_ns > 0 {
                 let peer = pad.peer();
@@ -154,6 +179,11 @@ impl Writer {
                     chunk::caps(&mut self.buf, pad_id, t_ns, &caps.to_string())
                 }
                 Note::Clock(sample) => chunk::clock(&mut self.buf, &describe_clock(&sample)),
+                Note::Segment {
+                    pad_id,
+                    t_ns,
+                    segment,
+                } => chunk::segment(&mut self.buf, &describe_segment(pad_id, t_ns, &segment)),
             }
         }
     }
@@ -358,5 +388,28 @@ fn describe_clock(s: &ClockSample) -> ClockDesc {
             .as_ref()
             .map(|c| c.name().to_string())
             .unwrap_or_default(),
+    }
+}
+
+/// The `SEGMENT` chunk fields of a segment event seen at a pad.
+fn describe_segment(pad_id: u32, t_ns: u64, segment: &gst::Segment) -> chunk::SegmentDesc {
+    use gst::glib::translate::IntoGlib;
+    let raw = |v: gst::GenericFormattedValue| v.value() as u64; // none (-1) reads as all ones
+    chunk::SegmentDesc {
+        pad_id,
+        t_ns,
+        format: segment.format().into_glib() as u32,
+        flags: segment.flags().bits(),
+        rate: segment.rate(),
+        applied_rate: segment.applied_rate(),
+        values: [
+            raw(segment.base()),
+            raw(segment.offset()),
+            raw(segment.start()),
+            raw(segment.stop()),
+            raw(segment.time()),
+            raw(segment.position()),
+            raw(segment.duration()),
+        ],
     }
 }

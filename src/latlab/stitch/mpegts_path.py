@@ -1,0 +1,106 @@
+"""The stages of a path that crosses processes as an MPEG transport stream.
+
+Walks the probes of a :class:`~latlab.stitch.paths.StreamPath` whose crossing is a
+TS PID and maps every probe's events to media positions with the mappings of
+:mod:`latlab.stitch.mpegts`. A receiving source probe becomes two stages: the
+first byte of each frame delivered, then its last byte.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import numpy as np
+
+from latlab.ingest.events import EventTable, Probe
+from latlab.ingest.pes import PesTable
+from latlab.stitch.mpegts import (
+    PesFrames,
+    demuxer_knots,
+    done_ranges,
+    frame_ranges,
+    receiver_frames,
+    sender_frames,
+)
+from latlab.stitch.position import ProbeEvents, Ranges, empty_ranges, mapped_ranges, raw_ranges
+
+Stage = tuple[Probe, str, Ranges]  # probe, label suffix, the media ranges it saw
+FIRST_BYTE = " first byte"
+
+
+class _Columns(Protocol):
+    def events(self, probe: int) -> ProbeEvents: ...
+
+
+def mpegts_stages(
+    table: EventTable, columns: _Columns, probes: list[Probe], pid: int, frame_ns: int
+) -> tuple[list[Stage], PesFrames | None]:
+    """Every stage of a TS path with the media ranges its events cover, and the frames sent.
+
+    The frames sent (positions, elementary-stream sizes, random-access flags) are
+    None when the path has no muxer the tracer saw PES starts at.
+    """
+    walker = _Walker(table, columns.events, pid, frame_ns)
+    stages: list[Stage] = []
+    for probe in probes:
+        stages += walker.stages_of(probe)
+    return stages, walker.sent
+
+
+class _Walker:
+    """The mappings learned so far along one path."""
+
+    def __init__(
+        self,
+        table: EventTable,
+        events: Callable[[int], ProbeEvents],
+        pid: int,
+        frame_ns: int,
+    ) -> None:
+        self.table, self.events, self.pid, self.frame_ns = table, events, pid, frame_ns
+        self.origin_process: int | None = None
+        self.previous: tuple[Ranges, np.ndarray] | None = None  # last raw probe: ranges, sizes
+        self.sent: PesFrames | None = None
+        self.sent_first: Ranges | None = None
+        self.received: PesFrames | None = None  # at the latest TS probe of the receiver
+        self.knots: tuple[np.ndarray, np.ndarray] | None = None
+
+    def stages_of(self, probe: Probe) -> list[Stage]:
+        if self.origin_process is None:
+            self.origin_process = probe.process
+        ev = self.events(probe.index)
+        pes = self._pes(probe)
+        if probe.process == self.origin_process:
+            return [(probe, "", self._sender_ranges(probe, ev, pes))]
+        if len(pes) and self.sent is not None:
+            frames = receiver_frames(pes, self._threads(probe, pes), self.sent)
+            last = (probe, "", frame_ranges(frames, self.frame_ns, "last"))
+            arrival = self.received is None  # else further on (a queue): frames leave it
+            self.received = frames  # the demuxer reads from the latest TS probe
+            if not arrival:
+                return [last]
+            return [(probe, FIRST_BYTE, frame_ranges(frames, self.frame_ns, "first")), last]
+        if self.knots is None and self.received is not None:
+            self.knots = demuxer_knots(ev, self.received, self.frame_ns)
+        return [(probe, "", mapped_ranges(ev, self.knots) if self.knots else empty_ranges())]
+
+    def _sender_ranges(self, probe: Probe, ev: ProbeEvents, pes: PesTable) -> Ranges:
+        if len(pes) and self.previous is not None:
+            self.sent = sender_frames(pes, self._threads(probe, pes), [self.previous])
+            self.sent_first = frame_ranges(self.sent, self.frame_ns, "first")
+            return self.sent_first
+        if probe.is_render and self.sent_first is not None:
+            return done_ranges(self.sent_first, ev)
+        timed = ev.select(ev.pts >= 0)
+        ranges = raw_ranges(timed)
+        self.previous = (ranges, timed.size)
+        return ranges
+
+    def _pes(self, probe: Probe) -> PesTable:
+        pes = self.table.pes_of(probe.index)
+        return pes.select(pes.pid == self.pid)
+
+    def _threads(self, probe: Probe, pes: PesTable) -> np.ndarray:
+        lookup = self.table.parts[probe.process].thread_lookup
+        return lookup[np.minimum(pes.thread_idx, len(lookup) - 1)]

@@ -1,0 +1,133 @@
+"""Video frames followed through H.264, MPEG-TS and SRT between two hosts.
+
+The sender encodes a live test picture, muxes it into a transport stream and
+sends it with srtsink; the receiver gets it with srtsrc, demuxes, parses,
+decodes and renders on a clocked sink. Frames are stitched across the hosts by
+the PTS in their PES headers only. Known answers: each frame's encoded size is
+the same where the receiver's demuxer hands it out (the stitcher joined the
+right frames), and a planted SRT latency or link delay lands in the transport
+phase within 1 ms at p50 (TSBPD delivers each packet at its send time plus the
+latency plus the one-way delay measured at connection).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from latlab.ingest.events import load_run
+from latlab.lab.runner import run_scenario
+from latlab.lab.scenario import parse_scenario
+from latlab.pipeline import analyze_run
+from latlab.stitch.journeys import build_journeys
+from latlab.stitch.position import MISSING
+from latlab.tracer import is_built
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
+    pytest.mark.skipif(not is_built(), reason="tracer not built"),
+]
+
+TOLERANCE_MS = 1.0
+FRAME_MS = 1000 / 30
+
+# An unbounded queue keeps srtsrc reading while the sink waits out the pipeline latency
+# (tsdemux alone adds 700 ms by default), so srtsrc pushes when SRT delivers.
+RECEIVER = (
+    "srtsrc uri=srt://:7001?mode=listener latency={latency} "
+    "! queue max-size-buffers=0 max-size-bytes=0 max-size-time=0 ! tsdemux ! h264parse "
+    "! avdec_h264 ! fakesink sync=true"
+)
+SENDER = (
+    "videotestsrc is-live=true pattern=ball ! video/x-raw,format=I420,width=320,height=240,"
+    "framerate=30/1 ! x264enc tune=zerolatency speed-preset=ultrafast key-int-max=30 "
+    "bitrate=800 ! mpegtsmux ! srtsink uri=srt://${{hosts.rx.addr}}:7001?mode=caller "
+    "latency={latency}"
+)
+
+
+def _scenario(latency_ms: int, delay_ms: float) -> str:
+    return f"""\
+name = "srt-test"
+duration_s = 4
+[hosts.tx]
+[hosts.rx]
+[[links]]
+between = ["tx", "rx"]
+delay_ms = {delay_ms}
+[processes.receiver]
+host = "rx"
+pipeline = "{RECEIVER.format(latency=latency_ms)}"
+[processes.sender]
+host = "tx"
+pipeline = "{SENDER.format(latency=latency_ms)}"
+"""
+
+
+def _run(tmp_path: Path, tag: str, latency_ms: int, delay_ms: float) -> Path:
+    out = tmp_path / tag
+    run_scenario(
+        parse_scenario(_scenario(latency_ms, delay_ms), f"{tag}.toml"), out, progress=False
+    )
+    return out
+
+
+def _video_stream(summary: dict) -> dict:
+    streams = [s for s in summary["streams"] if s["media"] == "video"]
+    assert len(streams) == 1, [s["id"] for s in summary["streams"]]
+    return streams[0]
+
+
+def test_frames_are_stitched_through_mpegts_and_srt(tmp_path: Path) -> None:
+    out = _run(tmp_path, "base", latency_ms=80, delay_ms=5)
+    summary, _, _ = analyze_run(out)
+    stream = _video_stream(summary)
+    assert stream["unit"] == f"{FRAME_MS:g}ms"
+    assert stream["complete_units"] >= 60  # 4 s at 30 fps, minus start-up and frames in flight
+    names = stream["probes"]
+    assert any(n.endswith("srtsrc0:src first byte") for n in names)
+    assert names[-1].endswith("fakesink0:sink")
+    assert set(stream["phases"]) >= {"encode", "mux", "transport", "decode", "render"}
+
+    table = load_run(out)
+    journeys = next(j for j in build_journeys(table) if j.media == "video")
+    complete = journeys.complete
+    encoded = _sizes_by_unit(table, journeys, "sender/x264enc0:src")
+    demuxed = _sizes_by_unit(table, journeys, "receiver/tsdemux0:video_0_0041")
+    both = complete & (encoded >= 0) & (demuxed >= 0)
+    assert both.sum() >= 60
+    np.testing.assert_array_equal(encoded[both], demuxed[both])
+
+
+def _sizes_by_unit(table, journeys, probe_name: str) -> np.ndarray:
+    """The size of the buffer each unit passed the probe in (-1 if not found)."""
+    column = journeys.probe_names.index(probe_name)
+    probe = next(p for p in table.probes if p.name == probe_name and not p.is_render)
+    t_ns = table.probe_column(probe.index, "t_ns")
+    size = table.probe_column(probe.index, "size").astype(np.int64)
+    passed = journeys.times[:, column]
+    order = np.argsort(t_ns, kind="stable")
+    idx = np.clip(np.searchsorted(t_ns[order], passed), 0, len(t_ns) - 1)
+    hit = (passed != MISSING) & (t_ns[order][idx] == passed)
+    return np.where(hit, size[order][idx], -1)
+
+
+def _transport_p50(tmp_path: Path, tag: str, latency_ms: int, delay_ms: float) -> float:
+    summary, _, _ = analyze_run(_run(tmp_path, tag, latency_ms, delay_ms))
+    return _video_stream(summary)["phases"]["transport"]["p50_ms"]
+
+
+def test_planted_srt_latency_lands_in_transport(tmp_path: Path) -> None:
+    base = _transport_p50(tmp_path, "lat60", latency_ms=60, delay_ms=5)
+    planted = _transport_p50(tmp_path, "lat160", latency_ms=160, delay_ms=5)
+    assert planted - base == pytest.approx(100.0, abs=TOLERANCE_MS)
+
+
+def test_planted_link_delay_lands_in_transport(tmp_path: Path) -> None:
+    base = _transport_p50(tmp_path, "d5", latency_ms=80, delay_ms=5)
+    planted = _transport_p50(tmp_path, "d30", latency_ms=80, delay_ms=30)
+    assert planted - base == pytest.approx(25.0, abs=TOLERANCE_MS)
