@@ -37,7 +37,9 @@ def check_contract(summary: dict[str, Any], unit_ms: float = 10.0) -> None:
     for stream in summary["streams"]:
         for key in ("id", "media", "unit", "units", "lost", "late", "duplicated", "probes"):
             assert key in stream
-        assert stream["media"] == "audio" and stream["unit"] == f"{unit_ms:g}ms"
+        assert stream["media"] in ("audio", "video")
+        if stream["media"] == "audio":  # a video unit is a frame, whatever unit_ms says
+            assert stream["unit"] == f"{unit_ms:g}ms"
         segments = stream["segments"]
         assert [s["from"] for s in segments] == stream["probes"][:-1]
         assert [s["to"] for s in segments] == stream["probes"][1:]
@@ -69,7 +71,10 @@ def test_shipped_scenario_runs(path: Path, tmp_path: Path) -> None:
 
 def check_stream(stream: dict, lossless: bool, unit_ms: float) -> None:
     """A shipped scenario's stream: complete, lossless, no implausible negative segment."""
-    assert stream["complete_units"] > 0.6 * RUN_S * 1000 / unit_ms
+    unit_ms = float(stream["unit"].removesuffix("ms"))
+    # SRT connects (a caller retries once a second) and the decoder waits for an I-frame
+    share = 0.25 if stream["media"] == "video" else 0.6
+    assert stream["complete_units"] > share * RUN_S * 1000 / unit_ms
     if lossless:
         assert stream["lost"] == 0
     for seg in stream["segments"]:

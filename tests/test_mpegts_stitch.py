@@ -60,11 +60,11 @@ def test_sender_positions_come_from_the_mux_offset_despite_a_regular_cadence() -
     ticks = (position * 9 // 100_000 + MUX_OFFSET_TICKS) % PTS_WRAP
     t_pes = t_in + 300_000
     pes = _pes(t_pes, ticks, size, t_pes + 100_000)
-    inputs = [(Ranges(position, position + FRAME_NS, t_in, np.zeros(120, np.int32)), size)]
-    frames = sender_frames(pes, np.zeros(120, np.int32), inputs)
+    inputs = {PID: (Ranges(position, position + FRAME_NS, t_in, np.zeros(120, np.int32)), size)}
+    frames = sender_frames(pes, np.zeros(120, np.int32), inputs, PID)
     # every frame but the last (whose size the next PES start would have told) is placed
     np.testing.assert_array_equal(frames.position, position)
-    first = frame_ranges(frames, FRAME_NS, "first")
+    first = frame_ranges(frames, "first")
     np.testing.assert_array_equal(first.t_ns, t_pes)
 
 
@@ -75,7 +75,8 @@ def test_receiver_joins_on_pid_and_pts_and_demuxer_output_maps_by_size() -> None
     sent = sender_frames(
         _pes(t_in + 100_000, ticks, size, t_in + 200_000),
         np.zeros(90, np.int32),
-        [(Ranges(position, position + FRAME_NS, t_in, np.zeros(90, np.int32)), size)],
+        {PID: (Ranges(position, position + FRAME_NS, t_in, np.zeros(90, np.int32)), size)},
+        PID,
     )
     # The receiver lost frame 10; each PES completes 150 ms later and the demuxer hands
     # frame k out only when frame k+1 starts (it holds one frame).
@@ -88,9 +89,7 @@ def test_receiver_joins_on_pid_and_pts_and_demuxer_output_maps_by_size() -> None
     np.testing.assert_array_equal(received.position, position[keep])
     out_t = np.concatenate([first[1:], [first[-1] + FRAME_NS]]) + 50_000
     recv_pts = position[keep] + 777_777_777 + RNG.integers(-2_000_000, 2_000_000, 89)  # skew
-    knots_x, knots_y = demuxer_knots(
-        _events(pts=recv_pts, t_ns=out_t, size=size[keep]), received, FRAME_NS
-    )
+    knots_x, knots_y = demuxer_knots(_events(pts=recv_pts, t_ns=out_t, size=size[keep]), received)
     expected = dict(zip(recv_pts[:-1], position[keep][:-1], strict=True))  # last: size unknown
     assert dict(zip(knots_x, knots_y, strict=True)) == expected
 
@@ -104,14 +103,15 @@ def test_equal_sizes_are_told_apart_by_the_pts_offset() -> None:
     sent = sender_frames(
         _pes(t_in + 10, ticks, size, t_in + 20),
         np.zeros(60, np.int32),
-        [(Ranges(position, position + FRAME_NS, t_in, np.zeros(60, np.int32)), size)],
+        {PID: (Ranges(position, position + FRAME_NS, t_in, np.zeros(60, np.int32)), size)},
+        PID,
     )
     assert (sent.position[:-1] == position[:-1]).all()
     first = t_in + 80_000_000
     received = receiver_frames(_pes(first, ticks, size, first + 1000), np.zeros(60, np.int32), sent)
     out_t = np.concatenate([first[2:], first[-2:] + 2 * FRAME_NS]) + 10  # holds two frames
     knots_x, knots_y = demuxer_knots(
-        _events(pts=position + 5_000_000, t_ns=out_t, size=size), received, FRAME_NS
+        _events(pts=position + 5_000_000, t_ns=out_t, size=size), received
     )
     np.testing.assert_array_equal(knots_y, knots_x - 5_000_000)
     assert len(knots_x) >= 58
@@ -129,3 +129,34 @@ def test_pad_names() -> None:
     assert demux_pad_carries("video_0_0041", 65)
     assert not demux_pad_carries("audio_0_0042", 65)
     assert MISSING == -1
+
+
+def test_a_pid_whose_pes_adds_a_header_takes_the_offset_of_the_others() -> None:
+    """AAC gains a 7-byte ADTS header in its PES: sizes never match, the video PID's offset does."""
+    video_pos, video_size = _frames(60)
+    audio_pos = (np.arange(90, dtype=np.int64) * 1024 * 1_000_000_000) // 48_000
+    audio_size = RNG.integers(300, 400, 90)
+    n_v, n_a = len(video_pos), len(audio_pos)
+    pos = np.concatenate([video_pos, audio_pos])
+    ticks = (pos * 9 // 100_000 + MUX_OFFSET_TICKS) % PTS_WRAP
+    t_pes = 2_000_000_000 + pos + 500_000
+    es = np.concatenate([video_size, audio_size + 7])
+    order = np.argsort(t_pes, kind="stable")
+    pid = np.concatenate([np.full(n_v, PID), np.full(n_a, PID + 1)])[order]
+    pes = _pes(t_pes[order], ticks[order], es[order], t_pes[order] + 1000)
+    pes.pid = pid.astype(np.int32)
+    for p in (PID, PID + 1):  # the tracer reports each PES's size on its PID's next start
+        rows = np.flatnonzero(pid == p)
+        pes.prev_es_bytes[rows] = np.concatenate([[-1], es[order][rows][:-1]])
+        pes.prev_end_ns[rows] = np.concatenate([[-1], t_pes[order][rows][:-1] + 1000])
+    threads = np.zeros(n_v + n_a, np.int32)
+    frame_a = 1024 * 1_000_000_000 // 48_000
+    inputs = {
+        PID: (Ranges(video_pos, video_pos + FRAME_NS, 2_000_000_000 + video_pos, threads[:n_v]),
+              video_size),
+        PID + 1: (Ranges(audio_pos, audio_pos + frame_a, 2_000_000_000 + audio_pos, threads[:n_a]),
+                  audio_size),
+    }  # fmt: skip
+    audio = sender_frames(pes, threads, inputs, PID + 1)
+    np.testing.assert_array_equal(audio.position, audio_pos)
+    np.testing.assert_array_equal(audio.end - audio.position, np.full(n_a, frame_a))

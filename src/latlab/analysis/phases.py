@@ -6,15 +6,18 @@ the origin process: the network sink handing the media to the network),
 is whole: for a transport stream its last byte delivered), ``receiver`` (the
 rest). Where the sender has an encoder, ``sender`` splits into ``encode`` (to the
 encoder's output) and ``mux`` (to the send, with any clock wait of the sink);
-where the receiver has a decoder, ``receiver`` splits into ``decode`` (to the
-decoder's output) and ``render``. Each phase's distribution is over the units'
-own sums, not a sum of percentiles.
+where the receiver has a decoder, ``receiver`` splits into ``buffer`` (to the
+output of the last queue or jitter buffer before the decoder, if any), ``decode``
+(demuxing, parsing and decoding, to the decoder's output) and ``render``. Each
+phase's distribution is over the units' own sums, not a sum of percentiles.
 """
 
 from __future__ import annotations
 
 from latlab.stitch.journeys import Journeys
 from latlab.stitch.mpegts_path import FIRST_BYTE
+
+BUFFERING = ("queue", "jitterbuffer")
 
 
 def phase_bounds(journeys: Journeys) -> dict[str, tuple[int, int]]:
@@ -36,6 +39,10 @@ def phase_bounds(journeys: Journeys) -> dict[str, tuple[int, int]]:
         bounds["encode"] = (0, encoder[-1])
         bounds["mux"] = (encoder[-1], sent)
     if decoder:
-        bounds["decode"] = (delivered, decoder[0])
+        kinds = journeys.segment_kinds  # segment i runs from probe i to probe i + 1
+        buffers = [i + 1 for i in range(delivered, decoder[0]) if kinds[i] in BUFFERING]
+        if buffers:
+            bounds["buffer"] = (delivered, buffers[-1])
+        bounds["decode"] = (buffers[-1] if buffers else delivered, decoder[0])
         bounds["render"] = (decoder[0], last)
     return bounds

@@ -70,7 +70,7 @@ def stage_table(stream: dict[str, Any]) -> Table:
     return table
 
 
-PHASE_ORDER = ("encode", "mux", "sender", "transport", "decode", "render", "receiver")
+PHASE_ORDER = ("encode", "mux", "sender", "transport", "buffer", "decode", "render", "receiver")
 
 
 def phase_table(stream: dict[str, Any]) -> Table:

@@ -103,7 +103,7 @@ def _stream_journeys(
         unit_ns = _frame_ns(columns.events(path_probes[0].index)) or unit_ns
     sent = None
     if path.pid is not None:
-        stages, sent = mpegts_stages(table, columns, path_probes, path.pid, unit_ns)
+        stages, sent = mpegts_stages(table, columns, path_probes, path.pid)
     else:
         ranges = _ranges_along_path(path_probes, columns, path.ssrc)
         stages = [(p, "", r) for p, r in zip(path_probes, ranges, strict=True)]

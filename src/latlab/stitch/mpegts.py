@@ -42,6 +42,7 @@ class PesFrames:
 
     keys: np.ndarray  # (pid << 33) | pts ticks
     position: np.ndarray  # media position, MISSING where unknown
+    end: np.ndarray  # end of the frame's media range (its input buffer's), MISSING if unknown
     first_ns: np.ndarray  # push of the buffer with the PES start
     last_ns: np.ndarray  # push of the buffer with its last byte, MISSING if unknown
     es_bytes: np.ndarray  # elementary-stream bytes, MISSING if unknown
@@ -68,6 +69,7 @@ def _with_completion(pes: PesTable, thread: np.ndarray) -> PesFrames:
     return PesFrames(
         keys=np.where(has_pts, pes_keys(pes), MISSING),
         position=np.full(n, MISSING, np.int64),
+        end=np.full(n, MISSING, np.int64),
         first_ns=pes.t_ns,
         last_ns=last,
         es_bytes=size,
@@ -95,30 +97,49 @@ def _latest_equal_size_before(
     return np.where(found, hit, -1)
 
 
-def sender_frames(
-    pes: PesTable, thread: np.ndarray, inputs: list[tuple[Ranges, np.ndarray]]
-) -> PesFrames:
-    """The muxer's PES starts with the position of the input buffer each one carries.
+MuxInputs = dict[int, tuple[Ranges, np.ndarray]]  # PID -> (ranges, ES sizes) entering the mux
 
-    ``inputs`` are the muxer's input probes as (ranges, ES sizes); their range
-    starts are positions (running time of the stream's origin).
+
+def sender_frames(pes: PesTable, thread: np.ndarray, inputs: MuxInputs, pid: int) -> PesFrames:
+    """One PID's PES starts at a muxer, with the position of the input buffer each carries.
+
+    ``pes`` holds every PID's PES starts at the muxer's output, ``inputs`` every
+    input stream (range starts are positions: running time). The muxer adds one
+    offset to the running time of all its streams, so the PIDs whose PES carry
+    their input unchanged (video) tell it for those that do not (AAC gains a
+    header).
     """
-    frames = _with_completion(pes, thread)
-    start = np.concatenate([r.start for r, _ in inputs])
-    t_in = np.concatenate([r.t_ns for r, _ in inputs])
-    size_in = np.concatenate([s for _, s in inputs])
-    known = (frames.es_bytes >= 0) & (frames.keys >= 0)
-    if not known.any() or not len(start):
+    offset = _mux_offset(pes, thread, inputs)
+    mine = pes.select(pes.pid == pid)
+    frames = _with_completion(mine, thread[pes.pid == pid])
+    if offset is None or pid not in inputs:
         return frames
-    j = _latest_equal_size_before(size_in, t_in, frames.es_bytes[known], frames.first_ns[known])
-    pts_ns = ticks_to_ns(pes.pts[known] % PTS_WRAP)
-    offsets = (pts_ns - start[np.maximum(j, 0)])[j >= 0]
-    if not len(offsets):
-        return frames
-    offset = _mode(offsets, SNAP_TOLERANCE_NS)
-    all_pts = ticks_to_ns(pes.pts % PTS_WRAP)
-    frames.position = np.where(frames.keys >= 0, _snap(all_pts - offset, np.unique(start)), MISSING)
+    ranges, _ = inputs[pid]
+    order = np.argsort(ranges.start, kind="stable")
+    grid, ends = ranges.start[order], ranges.end[order]
+    position = _snap(ticks_to_ns(mine.pts % PTS_WRAP) - offset, grid)
+    placed = (frames.keys >= 0) & (position >= 0)
+    frames.position = np.where(placed, position, MISSING)
+    idx = np.clip(np.searchsorted(grid, position), 0, max(len(grid) - 1, 0))
+    frames.end = np.where(placed, ends[idx] if len(ends) else MISSING, MISSING)
     return frames
+
+
+def _mux_offset(pes: PesTable, thread: np.ndarray, inputs: MuxInputs) -> int | None:
+    """PES PTS (ns) minus input running time: what most equal-size pairs agree on."""
+    offsets = []
+    for pid, (ranges, sizes) in inputs.items():
+        frames = _with_completion(pes.select(pes.pid == pid), thread[pes.pid == pid])
+        known = (frames.es_bytes >= 0) & (frames.keys >= 0)
+        if not known.any() or not len(ranges.start):
+            continue
+        j = _latest_equal_size_before(
+            sizes, ranges.t_ns, frames.es_bytes[known], frames.first_ns[known]
+        )
+        pts_ns = ticks_to_ns(frames.keys[known] & (PTS_WRAP - 1))
+        offsets.append((pts_ns - ranges.start[np.maximum(j, 0)])[j >= 0])
+    found = np.concatenate(offsets) if offsets else np.empty(0, np.int64)
+    return _mode(found, SNAP_TOLERANCE_NS) if len(found) else None
 
 
 def _mode(values: np.ndarray, width: int) -> int:
@@ -145,23 +166,23 @@ def receiver_frames(pes: PesTable, thread: np.ndarray, sender: PesFrames) -> Pes
     """A receiver's PES starts, positioned by the same (PID, PTS) at the sender."""
     frames = _with_completion(pes, thread)
     known = sender.keys >= 0
-    keys, position = sender.keys[known], sender.position[known]
+    keys, position, end = sender.keys[known], sender.position[known], sender.end[known]
     order = np.argsort(keys, kind="stable")
-    keys, position = keys[order], position[order]
+    keys, position, end = keys[order], position[order], end[order]
     if not len(keys):
         return frames
     idx = np.minimum(np.searchsorted(keys, frames.keys), len(keys) - 1)
     found = (keys[idx] == frames.keys) & (frames.keys >= 0)
     frames.position = np.where(found, position[idx], MISSING)
+    frames.end = np.where(found, end[idx], MISSING)
     return frames
 
 
-def frame_ranges(frames: PesFrames, frame_ns: int, which: str) -> Ranges:
+def frame_ranges(frames: PesFrames, which: str) -> Ranges:
     """Ranges of a TS probe: each positioned frame at its first or last byte."""
     t_ns = frames.first_ns if which == "first" else frames.last_ns
-    ok = (frames.position >= 0) & (t_ns >= 0)
-    start = frames.position[ok]
-    return Ranges(start, start + frame_ns, t_ns[ok], frames.thread[ok])
+    ok = (frames.position >= 0) & (frames.end > frames.position) & (t_ns >= 0)
+    return Ranges(frames.position[ok], frames.end[ok], t_ns[ok], frames.thread[ok])
 
 
 def done_ranges(first: Ranges, done: ProbeEvents) -> Ranges:
@@ -179,11 +200,10 @@ def done_ranges(first: Ranges, done: ProbeEvents) -> Ranges:
     return Ranges(first.start[ok], first.end[ok], t_ns[ok], first.thread[ok])
 
 
-def demuxer_knots(
-    out: ProbeEvents, frames: PesFrames, frame_ns: int
-) -> tuple[np.ndarray, np.ndarray]:
+def demuxer_knots(out: ProbeEvents, frames: PesFrames) -> tuple[np.ndarray, np.ndarray]:
     """Knots mapping a demuxer's output PTS to positions (see the module docstring)."""
     ok = (frames.position >= 0) & (frames.last_ns >= 0) & (frames.es_bytes >= 0)
+    frame_ns = int(np.median((frames.end - frames.position)[ok])) if ok.any() else 0
     order = np.argsort(frames.last_ns[ok], kind="stable")
     last, size, pos = (a[ok][order] for a in (frames.last_ns, frames.es_bytes, frames.position))
     events = out.select(out.pts >= 0)

@@ -15,11 +15,14 @@ import numpy as np
 
 from latlab.ingest.events import EventTable, Probe
 from latlab.ingest.pes import PesTable
+from latlab.ingest.trace_format import Kind
 from latlab.stitch.mpegts import (
+    MuxInputs,
     PesFrames,
     demuxer_knots,
     done_ranges,
     frame_ranges,
+    pid_of_mux_pad,
     receiver_frames,
     sender_frames,
 )
@@ -34,14 +37,14 @@ class _Columns(Protocol):
 
 
 def mpegts_stages(
-    table: EventTable, columns: _Columns, probes: list[Probe], pid: int, frame_ns: int
+    table: EventTable, columns: _Columns, probes: list[Probe], pid: int
 ) -> tuple[list[Stage], PesFrames | None]:
     """Every stage of a TS path with the media ranges its events cover, and the frames sent.
 
     The frames sent (positions, elementary-stream sizes, random-access flags) are
     None when the path has no muxer the tracer saw PES starts at.
     """
-    walker = _Walker(table, columns.events, pid, frame_ns)
+    walker = _Walker(table, columns.events, pid)
     stages: list[Stage] = []
     for probe in probes:
         stages += walker.stages_of(probe)
@@ -56,9 +59,8 @@ class _Walker:
         table: EventTable,
         events: Callable[[int], ProbeEvents],
         pid: int,
-        frame_ns: int,
     ) -> None:
-        self.table, self.events, self.pid, self.frame_ns = table, events, pid, frame_ns
+        self.table, self.events, self.pid = table, events, pid
         self.origin_process: int | None = None
         self.previous: tuple[Ranges, np.ndarray] | None = None  # last raw probe: ranges, sizes
         self.sent: PesFrames | None = None
@@ -75,20 +77,24 @@ class _Walker:
             return [(probe, "", self._sender_ranges(probe, ev, pes))]
         if len(pes) and self.sent is not None:
             frames = receiver_frames(pes, self._threads(probe, pes), self.sent)
-            last = (probe, "", frame_ranges(frames, self.frame_ns, "last"))
+            last = (probe, "", frame_ranges(frames, "last"))
             arrival = self.received is None  # else further on (a queue): frames leave it
             self.received = frames  # the demuxer reads from the latest TS probe
             if not arrival:
                 return [last]
-            return [(probe, FIRST_BYTE, frame_ranges(frames, self.frame_ns, "first")), last]
+            return [(probe, FIRST_BYTE, frame_ranges(frames, "first")), last]
         if self.knots is None and self.received is not None:
-            self.knots = demuxer_knots(ev, self.received, self.frame_ns)
+            self.knots = demuxer_knots(ev, self.received)
         return [(probe, "", mapped_ranges(ev, self.knots) if self.knots else empty_ranges())]
 
     def _sender_ranges(self, probe: Probe, ev: ProbeEvents, pes: PesTable) -> Ranges:
         if len(pes) and self.previous is not None:
-            self.sent = sender_frames(pes, self._threads(probe, pes), [self.previous])
-            self.sent_first = frame_ranges(self.sent, self.frame_ns, "first")
+            every_pid = self.table.pes_of(probe.index)
+            inputs = self._mux_inputs(probe)
+            inputs.setdefault(self.pid, self.previous)
+            threads = self._threads(probe, every_pid)
+            self.sent = sender_frames(every_pid, threads, inputs, self.pid)
+            self.sent_first = frame_ranges(self.sent, "first")
             return self.sent_first
         if probe.is_render and self.sent_first is not None:
             return done_ranges(self.sent_first, ev)
@@ -96,6 +102,22 @@ class _Walker:
         ranges = raw_ranges(timed)
         self.previous = (ranges, timed.size)
         return ranges
+
+    def _mux_inputs(self, mux_src: Probe) -> MuxInputs:
+        """Every stream entering the muxer, by the PID its sink pad's name gives it."""
+        inputs: MuxInputs = {}
+        for probe in self.table.probes:
+            pid = pid_of_mux_pad(probe.peer_pad)
+            if (
+                pid is not None
+                and probe.process == mux_src.process
+                and probe.peer_element == mux_src.element
+                and probe.kind == Kind.PUSH
+            ):
+                ev = self.events(probe.index)
+                timed = ev.select(ev.pts >= 0)
+                inputs[pid] = (raw_ranges(timed), timed.size)
+        return inputs
 
     def _pes(self, probe: Probe) -> PesTable:
         pes = self.table.pes_of(probe.index)
