@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from latlab.ingest.events import load_run
+from latlab.ingest.events import load_run, load_traces
 from latlab.ingest.trace_format import EVENT_DTYPE, Chunk, Kind
 from latlab.ingest.trace_reader import TraceError, read_trace
+from latlab.ingest.trace_writer import TraceWriter
 from latlab.synthetic import SyntheticRtpAudio, make_rtp_audio_run
 
 
@@ -167,3 +168,23 @@ def test_corrupt_stats_chunk_is_reported_not_fatal(tmp_path: Path, json_text: by
     assert trace.problems == ["corrupt chunk of type 9 at byte 32"]
     assert [s.fields for s in trace.stats] == [{"rtt-ms": 0.2}]
     assert len(trace.events) == 1
+
+
+def test_segments_turn_pts_into_running_time(tmp_path: Path) -> None:
+    """x264enc shifts its PTS by 1000 h and moves its segment's start with them."""
+    shift = 3_600_000_000_000_000
+    records = np.zeros(4, EVENT_DTYPE)
+    records["pad_id"] = 1
+    records["t_ns"] = [1000, 2000, 3000, 4000]
+    records["pts"] = [shift + 5, shift + 33_333_338, 7, 0xFFFF_FFFF_FFFF_FFFF]
+    path = tmp_path / "t.lltrace"
+    with TraceWriter(path, pid=7) as w:
+        w.info(process="sender")
+        w.pad(1, "x264enc0", factory="x264enc", peer_element="mux", peer_pad="sink_65")
+        w.segment(1, 500, start=shift - 2)
+        w.segment(1, 2500, start=0, base=100)  # a new segment between the 2nd and 3rd buffer
+        w.events(records)
+    table = load_traces([path])
+    (probe,) = table.probes
+    assert table.running_pts(probe.index).tolist() == [7, 33_333_340, 107, -1]
+    assert table.probes[0].peer_pad == "sink_65"

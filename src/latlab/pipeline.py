@@ -8,6 +8,9 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
+from latlab.analysis.element_stats import srt_summary, stats_table
 from latlab.analysis.segments import StreamAnalysis, analyze
 from latlab.ingest.events import EventTable, load_run
 from latlab.ingest.link_events import read_link_logs
@@ -17,6 +20,7 @@ from latlab.report.summary import build_summary, write_summary
 
 SUMMARY_FILE = "summary.json"
 EVENTS_FILE = "events.parquet"
+ELEMENT_STATS_FILE = "element-stats.parquet"
 
 
 def run_metadata(run_dir: Path) -> dict[str, Any]:
@@ -61,7 +65,13 @@ def analyze_run(
         summary["resources"] = resources
     if link_logs:
         summary["links"] = [link_summary(log) for log in link_logs]
+    element_stats = stats_table(table)
+    srt = srt_summary(element_stats)
+    if srt:
+        summary["srt"] = srt
     if write:
         write_summary(summary, run_dir / SUMMARY_FILE)
         table.write_parquet(run_dir / EVENTS_FILE)
+        if element_stats.num_rows:
+            pq.write_table(element_stats, run_dir / ELEMENT_STATS_FILE)
     return summary, table, streams

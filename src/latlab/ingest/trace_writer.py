@@ -96,6 +96,15 @@ class TraceWriter:
         fields = struct.pack("<QQQQII", pipeline_id, mono_ns, clock_ns, base_time, state, flags)
         self._chunk(Chunk.CLOCK, fields + _string(pipeline) + _string(clock))
 
+    def segment(
+        self, pad_id: int, t_ns: int, *, start: int = 0, base: int = 0, rate: float = 1.0
+    ) -> None:
+        """Write a SEGMENT chunk for a time segment (offset 0, other times none)."""
+        none = -1
+        fields = struct.pack("<IQIIdd", pad_id, t_ns, 3, 0, rate, 1.0)
+        fields += struct.pack("<7q", base, 0, start, none, 0, start, none)
+        self._chunk(Chunk.SEGMENT, fields)
+
     def events(self, records: np.ndarray) -> None:
         """Write an EVENTS chunk from an array of EVENT_DTYPE records."""
         records = np.ascontiguousarray(records, dtype=EVENT_DTYPE)

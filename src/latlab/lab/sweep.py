@@ -164,11 +164,14 @@ def point_figures(
             figure["residual"] = residual_figures(
                 stream["end_to_end"], stream["segments"], configured, period
             )
-    return {
+    out = {
         "duration_s": summary["run"].get("duration_s"),
         "streams": figures,
         "resources": _resources(summary.get("resources")),
     }
+    if summary.get("srt"):
+        out["srt"] = summary["srt"]
+    return out
 
 
 def _stream_figures(stream: dict[str, Any], analysis: StreamAnalysis) -> dict[str, Any]:

@@ -130,8 +130,14 @@ def _rows(
 
 
 def render_sweep(sweep: dict[str, Any], console: Console) -> None:
-    """Print the comparison table, then one line per point that is not ok."""
+    """Print the comparison table, then one line per point that is not ok.
+
+    A sweep whose streams pass an encoder and a decoder gets the phase table
+    (encode, transport, decode, total) after the per-kind one.
+    """
     console.print(comparison_table(sweep))
+    if has_codec_phases(sweep):
+        console.print(phase_comparison_table(sweep))
     for point in sweep.get("points", []):
         if point["status"] != "ok":
             error = point.get("error") or ""
@@ -141,3 +147,92 @@ def render_sweep(sweep: dict[str, Any], console: Console) -> None:
                 markup=False,
                 soft_wrap=True,
             )
+
+
+PHASE_COLUMNS = ("encode", "transport", "decode")
+
+
+def has_codec_phases(sweep: dict[str, Any]) -> bool:
+    """Whether the sweep's streams went through an encoder and a decoder (video, Opus, ...)."""
+    return any(
+        "encode" in s.get("phases", {}) or "decode" in s.get("phases", {})
+        for p in sweep.get("points", [])
+        for s in p.get("streams", [])
+    )
+
+
+def _tsbpd(point: dict[str, Any]) -> float | None:
+    """The TSBPD prediction at the receiving end of the point's SRT connection."""
+    entries = point.get("srt") or []
+    receiving = [e for e in entries if e.get("factory") == "srtsrc"] or entries
+    values = [e.get("tsbpd_prediction_ms") for e in receiving]
+    return next((v for v in values if v is not None), None)
+
+
+def _srt_counts(point: dict[str, Any]) -> list[str]:
+    entries = point.get("srt") or []
+    if not entries:
+        return ["-", "-", "-"]
+    total = {
+        key: sum(e.get(key) or 0 for e in entries)
+        for key in ("packets_retransmitted", "packets_received_lost", "packets_sent_dropped")
+    }
+    return [str(v) for v in total.values()]
+
+
+def phase_comparison_table(sweep: dict[str, Any]) -> Table:
+    """Per point: encode, transport (with the TSBPD prediction), decode and total, p50/p99."""
+    points = sweep.get("points", [])
+    names = list(sweep.get("sweep", {}).get("variables", {}))
+    many_streams = any(len(p.get("streams", [])) > 1 for p in points)
+    table = Table(
+        title=f"sweep {sweep.get('name', '')}  ·  {len(points)} points",
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=(0, 1, 0, 0),
+        show_edge=False,
+    )
+    headers = [*names, *(["stream"] if many_streams else [])]
+    for phase in PHASE_COLUMNS:
+        headers += [f"{phase}\np50", f"{phase}\np99"] + (["TSBPD"] if phase == "transport" else [])
+    headers += [
+        "total\np50",
+        "total\np99",
+        "lost",
+        "late",
+        "SRT\nretrans",
+        "SRT\nlost",
+        "SRT\ndropped",
+    ]
+    for header in headers:
+        table.add_column(header, justify="right")
+    for point in points:
+        values = [_value(point.get("values", {}).get(n, "")) for n in names]
+        streams = point.get("streams", [])
+        if point["status"] != "ok" or not streams:
+            status = point["status"] if point["status"] != "ok" else "no streams"
+            table.add_row(
+                *values, Text(status, style="bold red"), *[""] * (len(headers) - len(values) - 1)
+            )
+            continue
+        for stream in streams:
+            row: list[Any] = [*values, *([stream["id"]] if many_streams else [])]
+            phases = stream.get("phases", {})
+            for phase in PHASE_COLUMNS:
+                figures = phases.get(phase, {})
+                row += [_ms(figures.get("p50_ms")), _ms(figures.get("p99_ms"))]
+                if phase == "transport":
+                    row.append(_ms(_tsbpd(point)))
+            e2e = stream["end_to_end"]
+            row += [Text(_ms(e2e["p50_ms"]), style="bold"), _ms(e2e["p99_ms"])]
+            row += [str(stream["lost"]), str(stream["late"]), *_srt_counts(point)]
+            table.add_row(*row)
+    table.caption = (
+        "ms, per unit (frame); transport: from the network sink's send to the unit whole at "
+        "the receiver; TSBPD: SRT latency + RTT/2 at connection; lost: units that left the "
+        "sender and never arrived; late: arrived but did not reach the end; SRT: packets"
+    )
+    table.caption_justify = "left"
+    return table

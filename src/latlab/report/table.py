@@ -95,6 +95,43 @@ def phase_table(stream: dict[str, Any]) -> Table:
     return table
 
 
+def srt_table(entries: list[dict[str, Any]]) -> Table:
+    """Per SRT connection end: latency, RTT, the TSBPD prediction and packet counts."""
+    table = Table(
+        title="SRT (srtsink/srtsrc stats, read about every 100 ms)",
+        title_justify="left",
+        header_style="bold",
+    )
+    table.add_column("element")
+    labels = ("latency ms", "RTT at conn. ms", "RTT p50 ms", "RTT max ms", "TSBPD ms")
+    labels += ("sent", "received", "lost", "retrans.", "dropped", "Mbit/s p50")
+    for label in labels:
+        table.add_column(label, justify="right")
+    for e in entries:
+        lost = (e.get("packets_sent_lost") or 0) + (e.get("packets_received_lost") or 0)
+        rate = e.get("send_rate_mbps_p50") or e.get("receive_rate_mbps_p50")
+        table.add_row(
+            f"{e['process']}/{e['element']}",
+            _ms(e.get("negotiated_latency_ms")),
+            _ms(e.get("rtt_at_connection_ms")),
+            _ms(e.get("rtt_p50_ms")),
+            _ms(e.get("rtt_max_ms")),
+            _ms(e.get("tsbpd_prediction_ms")),
+            str(e.get("packets_sent") or 0),
+            str(e.get("packets_received") or 0),
+            str(lost),
+            str(e.get("packets_retransmitted") or 0),
+            str(e.get("packets_sent_dropped") or 0),
+            "-" if rate is None else f"{rate:.3f}",
+        )
+    table.caption = (
+        "TSBPD: negotiated latency + half the RTT at connection, what TSBPD makes of a "
+        "packet's transport; compare the transport phase"
+    )
+    table.caption_justify = "left"
+    return table
+
+
 def frame_table(frames: dict[str, Any]) -> Table:
     """I- versus P-frames: size, transport time and the wait from first to last byte."""
     table = Table(title="frame types", title_justify="left", header_style="bold")
@@ -239,6 +276,8 @@ def render_summary(
         console.print(resources_table(summary["resources"]))
     for link in summary.get("links", []):
         console.print(link_traffic_table(link))
+    if summary.get("srt"):
+        console.print(srt_table(summary["srt"]))
     for trace in summary.get("traces", []):
         notes = list(trace["problems"])
         if trace["dropped_events"]:
