@@ -47,6 +47,7 @@ def _pes(
         prev_es_bytes=prev_bytes.astype(np.int64),
         random_access=(np.arange(n) % 30) == 0,
         thread_idx=np.ones(n, np.uint32),
+        at_done=np.zeros(n, bool),
     )
 
 

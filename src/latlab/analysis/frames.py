@@ -14,7 +14,8 @@ import numpy as np
 
 from latlab.analysis.segments import StreamAnalysis
 from latlab.analysis.stats import Samples
-from latlab.stitch.mpegts_path import FIRST_BYTE
+from latlab.stitch.mpegts_path import FIRST_BYTE, LAST_BYTE
+from latlab.stitch.position import MISSING
 
 FIGURES = ("count", "p50_ms", "p99_ms", "max_ms", "mean_ms")
 
@@ -31,7 +32,8 @@ def frame_effects(stream: StreamAnalysis) -> dict[str, Any] | None:
         measures["transport"] = stream.phases["transport"].values_ns
     assembly = [s for s in stream.segments if s.from_probe.endswith(FIRST_BYTE)]
     if assembly:
-        measures["first_to_last_byte"] = assembly[0].values_ns
+        measures["first_to_last_byte"] = assembly[-1].values_ns
+    measures.update(_link_measures(stream))
     out: dict[str, Any] = {}
     for label, mask in (("I", keyframe), ("P", ~keyframe & (size >= 0))):
         if not mask.any():
@@ -43,9 +45,38 @@ def frame_effects(stream: StreamAnalysis) -> dict[str, Any] | None:
             "bytes_max": int(sizes.max()),
         }
         for name, values in measures.items():
-            stats = Samples(values[mask]).describe()
+            known = mask & (values != MISSING_SPAN)
+            stats = Samples(values[known]).describe()
             entry[name] = {k: stats[k] for k in FIGURES}
         out[label] = entry
+    return out
+
+
+MISSING_SPAN = np.iinfo(np.int64).min
+
+
+def _link_measures(stream: StreamAnalysis) -> dict[str, np.ndarray]:
+    """Per complete frame, through each emulated link: first packet in to last out
+    (``link_crossing``) and first packet out to last out (``link_drain``, the time
+    the frame's packets took to leave a bottleneck).
+    """
+    j = stream.journeys
+    complete = j.complete
+    out: dict[str, np.ndarray] = {}
+    for name, last_out in j.extra.items():
+        if not (name.startswith("link/") and name.endswith(":out" + LAST_BYTE)):
+            continue
+        link = name.removesuffix(":out" + LAST_BYTE)
+        columns = {n: i for i, n in enumerate(j.probe_names)}
+        first_in = columns.get(f"{link}:in{FIRST_BYTE}")
+        first_out = columns.get(f"{link}:out{FIRST_BYTE}")
+        if first_in is None or first_out is None:
+            continue
+        last = last_out[complete]
+        seen = last != MISSING
+        for key, column in (("link_crossing", first_in), ("link_drain", first_out)):
+            span = last - j.times[complete, column]
+            out[key] = np.where(seen, span, MISSING_SPAN)
     return out
 
 

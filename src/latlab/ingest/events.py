@@ -82,6 +82,15 @@ class ProcessTrace:
     pes: PesTable = field(default_factory=empty_pes_table)
     stats: list[StatsRecord] = field(default_factory=list)  # elements' ``stats`` readings
     segments: dict[int, PadSegments] = field(default_factory=dict)  # time segments by pad
+    latencies: list[tuple[int, int, int]] = field(default_factory=list)  # pad, t_ns, latency ns
+
+    @property
+    def configured_latency_ns(self) -> int | None:
+        """The latency the process's pipeline configured last (its sinks wait it out)."""
+        if not self.latencies:
+            return None
+        last_t = max(t for _, t, _ in self.latencies)
+        return max(lat for _, t, lat in self.latencies if t >= last_t - 1_000_000)
 
     @property
     def clock_domain(self) -> str:
@@ -131,12 +140,14 @@ class EventTable:
         return int(self.bounds[probe, 1] - self.bounds[probe, 0])
 
     def pes_of(self, probe: int) -> PesTable:
-        """The PES starts recorded at a probe's pad (none for a sink's render probe)."""
+        """The PES starts recorded at a probe's pad: at its pushes, or at its renders.
+
+        The tracer records them at pushes; an emulated link also at releases (its
+        ``out`` probe).
+        """
         p = self.probes[probe]
-        if p.kind != Kind.PUSH:
-            return empty_pes_table()
         pes = self.processes[p.process].pes
-        return pes.select(pes.pad_id == p.pad_id)
+        return pes.select((pes.pad_id == p.pad_id) & (pes.at_done == (p.kind == Kind.DONE)))
 
     def running_pts(self, probe: int) -> np.ndarray:
         """A probe's PTS as running time (the time the pipeline clock schedules by).
@@ -286,12 +297,16 @@ def _read_grouped(path: Path) -> _GroupedTrace | TraceError:
 
 def group_in_memory(trace: Trace) -> _GroupedTrace:
     """Group the events of a trace made in memory (e.g. from a link log) by probe."""
-    codes = trace.events["pad_id"].astype(np.int64) * 2 + (trace.events["kind"] == Kind.DONE)
-    probe_codes, probe = _probe_of_events(codes, trace.events["kind"] == Kind.EOS)
+    kind = trace.events["kind"]
+    is_pes = kind == PES_KIND
+    pes = pes_table(trace.events) if is_pes.any() else empty_pes_table()
+    codes = trace.events["pad_id"].astype(np.int64) * 2 + (kind == Kind.DONE)
+    probe_codes, probe = _probe_of_events(codes, (kind == Kind.EOS) | is_pes)
+    probe[is_pes] = -1
     order = np.argsort(probe, kind="stable")
     trace.events = trace.events[order[np.count_nonzero(probe < 0) :]]
     counts = np.bincount(probe[probe >= 0], minlength=len(probe_codes))
-    return _GroupedTrace(trace, probe_codes, counts)
+    return _GroupedTrace(trace, probe_codes, counts, pes)
 
 
 def _probe_of_events(codes: np.ndarray, is_eos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -339,6 +354,7 @@ class _TableBuilder:
                 grouped.pes,
                 trace.stats,
                 time_segments(trace.segments),
+                list(trace.latencies),
             )
         )
         first_probe = len(self.probes)

@@ -28,6 +28,9 @@ VERDICTS = {0: "delivered", 1: "dropped-loss", 2: "dropped-queue", 3: "duplicate
 DELIVERED, LOSS, QUEUE, DUPLICATE, UNSENT = range(5)
 FLAG_RTP, FLAG_RTP_MARKER, FLAG_REORDERED, FLAG_TRUNCATED = 1, 2, 4, 8
 FLAG_POOL_FULL, FLAG_PASSTHROUGH, FLAG_SEND_FAILED, FLAG_COPY = 16, 32, 64, 128
+# Payload flags (record offset 62; zero in logs written before they existed).
+PAYLOAD_TS, PAYLOAD_PES_START, PAYLOAD_SRT_DATA = 1, 2, 4
+PAYLOAD_SRT_REXMIT, PAYLOAD_SRT_ENCRYPTED = 8, 16
 
 RECORD_DTYPE = np.dtype(
     [
@@ -50,7 +53,7 @@ RECORD_DTYPE = np.dtype(
         ("rtp_ts", "<u4"),
         ("packet_id", "<u4"),
         ("ethertype", "<u2"),
-        ("reserved", "<u2"),
+        ("payload_flags", "<u2"),
     ]
 )
 assert RECORD_DTYPE.itemsize == RECORD_SIZE
@@ -73,6 +76,13 @@ class LinkLog:
     ``verdict`` (see :data:`VERDICTS`), ``ip_proto``, ``flags``, ``src_port``,
     ``dst_port``, ``src_ip``, ``dst_ip`` (IPv4 as integers), ``ssrc``, ``seq``,
     ``pt``, ``rtp_ts``, ``packet_id``, ``ethertype`` and ``is_rtp`` (bool).
+
+    MPEG-TS payloads (docs/link-log-format.md, payload flags): ``payload_flags``
+    (u16), booleans ``is_ts`` (the payload is TS, plain or in SRT), ``pes_start`` (a
+    TS packet starts a PES with a PTS), ``srt_data``, ``srt_retransmit`` and
+    ``srt_encrypted``; ``pes_pid`` and ``pes_pts`` (33-bit, 90 kHz) are int64, -1
+    where not ``pes_start``. For TS payloads ``ssrc`` holds the PID (of the PES start,
+    else of the first TS packet) and ``seq`` the SRT sequence number's low 16 bits.
     """
 
     path: Path
@@ -147,9 +157,18 @@ def _info(raw: bytes, path: Path) -> dict[str, Any]:
 
 
 def _columns(records: np.ndarray) -> dict[str, np.ndarray]:
-    names = [n for n in RECORD_DTYPE.names or () if n not in ("pad", "reserved")]
+    names = [n for n in RECORD_DTYPE.names or () if n != "pad"]
     columns = {name: np.ascontiguousarray(records[name]) for name in names}
     columns["is_rtp"] = (columns["flags"] & FLAG_RTP) != 0
+    payload = columns["payload_flags"]
+    for name, bit in (("is_ts", PAYLOAD_TS), ("pes_start", PAYLOAD_PES_START),
+                      ("srt_data", PAYLOAD_SRT_DATA), ("srt_retransmit", PAYLOAD_SRT_REXMIT),
+                      ("srt_encrypted", PAYLOAD_SRT_ENCRYPTED)):  # fmt: skip
+        columns[name] = (payload & bit) != 0
+    pes = columns["pes_start"]
+    pts = columns["rtp_ts"].astype(np.int64) | ((columns["pt"].astype(np.int64) & 1) << 32)
+    columns["pes_pid"] = np.where(pes, columns["ssrc"].astype(np.int64), -1)
+    columns["pes_pts"] = np.where(pes, pts, -1)
     return columns
 
 

@@ -16,6 +16,7 @@ from latlab.ingest.trace_format import EVENT_DTYPE
 
 PES_KIND = 3
 RANDOM_ACCESS_FLAG = 8
+AT_DONE_FLAG = 16  # an emulated link's record at a packet's release (its ``out`` probe)
 PTS_WRAP = 1 << 33  # PES timestamps are 33-bit counts of a 90 kHz clock
 NONE = -1
 
@@ -40,6 +41,7 @@ class PesTable:
     prev_es_bytes: np.ndarray  # int64
     random_access: np.ndarray  # bool
     thread_idx: np.ndarray  # uint32
+    at_done: np.ndarray  # bool: belongs to the pad's render (done) probe
 
     def __len__(self) -> int:
         return len(self.t_ns)
@@ -74,6 +76,7 @@ def pes_table(records: np.ndarray) -> PesTable:
         prev_es_bytes=time("offset_end").copy(),
         random_access=(pes["event_flags"] & RANDOM_ACCESS_FLAG) != 0,
         thread_idx=pes["thread_idx"].copy(),
+        at_done=(pes["event_flags"] & AT_DONE_FLAG) != 0,
     )
 
 

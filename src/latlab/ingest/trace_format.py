@@ -64,6 +64,7 @@ class Chunk(IntEnum):
     END = 8
     STATS = 9
     SEGMENT = 10
+    LATENCY = 11
 
 
 class Kind(IntEnum):

@@ -108,6 +108,7 @@ class Trace:
     clocks: list[ClockRecord] = field(default_factory=list)
     stats: list[StatsRecord] = field(default_factory=list)
     segments: list[SegmentRecord] = field(default_factory=list)
+    latencies: list[tuple[int, int, int]] = field(default_factory=list)  # pad, t_ns, latency
     events: np.ndarray = field(default_factory=lambda: np.empty(0, EVENT_DTYPE))
     dropped: int = 0
     complete: bool = False
@@ -293,6 +294,8 @@ def _apply_chunk(trace: Trace, ctype: int, payload: memoryview) -> None:
         if not isinstance(fields, dict):
             raise ValueError("STATS payload is not a JSON object")
         trace.stats.append(StatsRecord(t_ns, element, factory, fields))
+    elif ctype == Chunk.LATENCY:
+        trace.latencies.append(cur.unpack("<IQQ"))
     elif ctype == Chunk.SEGMENT:
         trace.segments.append(SegmentRecord(*cur.unpack("<IQIIdd7q")))
     elif ctype == Chunk.END:

@@ -39,6 +39,9 @@ def build_summary(
                 "complete": p.complete,
                 "dropped_events": p.dropped,
                 "problems": p.problems,
+                "configured_latency_ms": None
+                if p.configured_latency_ns is None
+                else p.configured_latency_ns / 1e6,
             }
             for p in table.processes
         ],

@@ -139,13 +139,18 @@ def frame_table(frames: dict[str, Any]) -> Table:
     table.add_column("frames", justify="right")
     table.add_column("bytes p50", justify="right")
     table.add_column("bytes max", justify="right")
-    for measure in ("transport", "first_to_last_byte"):
+    measures = [
+        m
+        for m in ("transport", "link_crossing", "link_drain", "first_to_last_byte")
+        if any(m in entry for entry in frames.values())
+    ]
+    for measure in measures:
         label = measure.replace("_", " ")
         table.add_column(f"{label} p50 ms", justify="right")
         table.add_column(f"{label} p99 ms", justify="right")
     for kind, entry in frames.items():
         cells = [kind, str(entry["frames"]), f"{entry['bytes_p50']:.0f}", str(entry["bytes_max"])]
-        for measure in ("transport", "first_to_last_byte"):
+        for measure in measures:
             stats = entry.get(measure, {})
             cells += [_ms(stats.get("p50_ms")), _ms(stats.get("p99_ms"))]
         table.add_row(*cells)
@@ -272,6 +277,18 @@ def render_summary(
             for seg in [*stream["segments"], stream["end_to_end"]]:
                 parts.append(distribution(seg, f"{seg['from']} → {seg['to']}"))
         console.print(Group(*parts))
+    latencies = [
+        f"{t['process']} {t['configured_latency_ms']:.3f} ms"
+        for t in summary.get("traces", [])
+        if t.get("configured_latency_ms") is not None
+    ]
+    if latencies:
+        console.print(
+            Text(
+                "pipeline latency configured (each clocked sink renders a buffer this long "
+                f"after its running time): {', '.join(latencies)}"
+            )
+        )
     if summary.get("resources", {}).get("processes"):
         console.print(resources_table(summary["resources"]))
     for link in summary.get("links", []):

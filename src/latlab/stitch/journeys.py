@@ -59,6 +59,7 @@ class Journeys:
     probe_klass: list[str] = field(default_factory=list)  # element klass per probe
     unit_bytes: np.ndarray | None = None  # per unit: encoded size (TS paths), -1 unknown
     unit_keyframe: np.ndarray | None = None  # per unit: a random-access (I) frame
+    extra: dict[str, np.ndarray] = field(default_factory=dict)  # per unit: instants off the path
 
     @cached_property
     def complete(self) -> np.ndarray:
@@ -101,9 +102,10 @@ def _stream_journeys(
     video = _media(path_probes[0].caps) == "video"
     if video:
         unit_ns = _frame_ns(columns.events(path_probes[0].index)) or unit_ns
-    sent = None
+    sent, extra = None, {}
     if path.pid is not None:
-        stages, sent = mpegts_stages(table, columns, path_probes, path.pid)
+        ts_path = mpegts_stages(table, columns, path_probes, path.pid)
+        stages, sent, extra = ts_path.stages, ts_path.sent, ts_path.extra
     else:
         ranges = _ranges_along_path(path_probes, columns, path.ssrc)
         stages = [(p, "", r) for p, r in zip(path_probes, ranges, strict=True)]
@@ -116,7 +118,9 @@ def _stream_journeys(
     unit_start = np.unique(origin.start) if video else _unit_grid(origin, unit_ns)
     unit_end = unit_start + unit_ns - 1
     step = None if video else unit_ns
-    passages = parallel_map(lambda r: first_covering(r, unit_end, step), ranges)
+    passages = parallel_map(lambda r: first_covering(r, unit_end, step), [*ranges, *extra.values()])
+    extra_times = dict(zip(extra, (t for t, _ in passages[len(ranges) :]), strict=True))
+    passages = passages[: len(ranges)]
     times = [t for t, _ in passages]
     threads = [thread for _, thread in passages]
     names = [p.name + suffix for p, suffix, _ in stages]
@@ -149,6 +153,7 @@ def _stream_journeys(
     )
     if sent is not None:
         journeys.unit_bytes, journeys.unit_keyframe = _frame_facts(sent, journeys.unit_start)
+    journeys.extra = {name: t[keep] for name, t in extra_times.items()}
     links = {i for i, proc in enumerate(table.processes) if proc.kind == "link"}
     journeys.counts = _packet_counts(
         probes, columns, path.ssrc, journeys, capture is not None, links

@@ -9,6 +9,7 @@ first byte of each frame delivered, then its last byte.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -30,25 +31,29 @@ from latlab.stitch.position import ProbeEvents, Ranges, empty_ranges, mapped_ran
 
 Stage = tuple[Probe, str, Ranges]  # probe, label suffix, the media ranges it saw
 FIRST_BYTE = " first byte"
+LAST_BYTE = " last byte"
 
 
 class _Columns(Protocol):
     def events(self, probe: int) -> ProbeEvents: ...
 
 
-def mpegts_stages(
-    table: EventTable, columns: _Columns, probes: list[Probe], pid: int
-) -> tuple[list[Stage], PesFrames | None]:
-    """Every stage of a TS path with the media ranges its events cover, and the frames sent.
+@dataclass
+class TsPath:
+    """What walking a TS path gives: its stages, the frames sent, and instants off the path."""
 
-    The frames sent (positions, elementary-stream sizes, random-access flags) are
-    None when the path has no muxer the tracer saw PES starts at.
-    """
+    stages: list[Stage]
+    sent: PesFrames | None  # positions, ES sizes, random-access flags; None without a muxer
+    extra: dict[str, Ranges] = field(default_factory=dict)  # e.g. a link's last byte out
+
+
+def mpegts_stages(table: EventTable, columns: _Columns, probes: list[Probe], pid: int) -> TsPath:
+    """Every stage of a TS path with the media ranges its events cover, and the frames sent."""
     walker = _Walker(table, columns.events, pid)
     stages: list[Stage] = []
     for probe in probes:
         stages += walker.stages_of(probe)
-    return stages, walker.sent
+    return TsPath(stages, walker.sent, walker.extra)
 
 
 class _Walker:
@@ -67,6 +72,7 @@ class _Walker:
         self.sent_first: Ranges | None = None
         self.received: PesFrames | None = None  # at the latest TS probe of the receiver
         self.knots: tuple[np.ndarray, np.ndarray] | None = None
+        self.extra: dict[str, Ranges] = {}  # instants of each frame off the path
 
     def stages_of(self, probe: Probe) -> list[Stage]:
         if self.origin_process is None:
@@ -77,6 +83,8 @@ class _Walker:
             return [(probe, "", self._sender_ranges(probe, ev, pes))]
         if len(pes) and self.sent is not None:
             frames = receiver_frames(pes, self._threads(probe, pes), self.sent)
+            if self.table.processes[probe.process].kind == "link":
+                return self._link_stages(probe, frames)
             last = (probe, "", frame_ranges(frames, "last"))
             arrival = self.received is None  # else further on (a queue): frames leave it
             self.received = frames  # the demuxer reads from the latest TS probe
@@ -86,6 +94,15 @@ class _Walker:
         if self.knots is None and self.received is not None:
             self.knots = demuxer_knots(ev, self.received)
         return [(probe, "", mapped_ranges(ev, self.knots) if self.knots else empty_ranges())]
+
+    def _link_stages(self, probe: Probe, frames: PesFrames) -> list[Stage]:
+        """An emulated link: a frame's first packet in (or out) on the path, its last aside.
+
+        The last packet out of a rate-limited link can come after the receiver
+        already has the frame's first bytes, so it is kept off the path (``extra``).
+        """
+        self.extra[f"{probe.name}{LAST_BYTE}"] = frame_ranges(frames, "last")
+        return [(probe, FIRST_BYTE, frame_ranges(frames, "first"))]
 
     def _sender_ranges(self, probe: Probe, ev: ProbeEvents, pes: PesTable) -> Ranges:
         if len(pes) and self.previous is not None:

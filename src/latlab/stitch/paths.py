@@ -156,20 +156,30 @@ def _after_render(
 def _across_ts(
     index: _Index, probe: Probe, here: list[int], via: _Via, depth: int
 ) -> _Continuations:
-    """Cross to the sources in other processes that received the same PES starts."""
+    """Cross to the sources in other processes that received the same PES starts.
+
+    From a host the next hop is the emulated link when one carried them; from a
+    link it is a host.
+    """
     keys = index.pes[probe.index]
     if via.pid is not None:
         keys = keys[(keys >> 33) == via.pid]
+    candidates = [
+        receiver
+        for receiver in index.table.probes
+        if receiver.index in index.pes
+        and receiver.process != probe.process
+        and receiver.element_is_source
+        and len(np.intersect1d(keys, index.pes[receiver.index], assume_unique=True))
+    ]
+    processes = index.table.processes
+    links = [p for p in candidates if processes[p.process].kind == "link"]
+    if processes[probe.process].kind == "link":
+        candidates = [p for p in candidates if processes[p.process].kind != "link"]
+    elif links:
+        candidates = links
     results: _Continuations = []
-    for receiver in index.table.probes:
-        theirs = index.pes.get(receiver.index)
-        if (
-            theirs is None
-            or receiver.process == probe.process
-            or not receiver.element_is_source
-            or not len(np.intersect1d(keys, theirs, assume_unique=True))
-        ):
-            continue
+    for receiver in candidates:
         for rest, _ in _walk(index, receiver, via, depth + 1):
             results.append(([*here, *rest], via))
     return results or [(here, via)]

@@ -14,6 +14,7 @@ pub mod kind {
     pub const END: u32 = 8;
     pub const STATS: u32 = 9;
     pub const SEGMENT: u32 = 10;
+    pub const LATENCY: u32 = 11;
 }
 
 /// Format version written in the header.
@@ -198,6 +199,13 @@ pub fn segment(out: &mut Vec<u8>, d: &SegmentDesc) {
     for v in d.values {
         c.u64(v);
     }
+    c.finish();
+}
+
+/// Appends a `LATENCY` chunk: the latency a pipeline configured, seen on a pad.
+pub fn latency(out: &mut Vec<u8>, pad_id: u32, t_ns: u64, latency_ns: u64) {
+    let mut c = ChunkWriter::begin(out, kind::LATENCY);
+    c.u32(pad_id).u64(t_ns).u64(latency_ns);
     c.finish();
 }
 

@@ -116,6 +116,11 @@ pub enum Note {
         t_ns: u64,
         segment: gst::Segment,
     },
+    Latency {
+        pad_id: u32,
+        t_ns: u64,
+        latency_ns: u64,
+    },
 }
 
 /// The process-wide recorder shared by the hooks and the writer thread.
@@ -686,6 +691,20 @@ pub fn on_event(pad: &gst::Pad, event: &gst::EventRef) {
                     pad_id,
                     t_ns: monotonic_ns(),
                     caps: caps.to_owned(),
+                });
+            });
+        }
+        gst::EventType::Latency => {
+            let gst::EventView::Latency(l) = event.view() else {
+                return;
+            };
+            let latency_ns = l.latency().nseconds();
+            with_local(|rec, local| {
+                let pad_id = local.pad_info(rec, pad).id;
+                rec.push_note(Note::Latency {
+                    pad_id,
+                    t_ns: monotonic_ns(),
+                    latency_ns,
                 });
             });
         }

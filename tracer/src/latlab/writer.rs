@@ -184,6 +184,11 @@ impl Writer {
                     t_ns,
                     segment,
                 } => chunk::segment(&mut self.buf, &describe_segment(pad_id, t_ns, &segment)),
+                Note::Latency {
+                    pad_id,
+                    t_ns,
+                    latency_ns,
+                } => chunk::latency(&mut self.buf, pad_id, t_ns, latency_ns),
             }
         }
     }
