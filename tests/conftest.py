@@ -56,11 +56,13 @@ def two_hosts(
     head: str = "",
     receiver_keys: str = "",
     sender_keys: str = "",
+    link_keys: str = "",
 ) -> str:
     """A scenario text: hosts tx and rx on one link, a receiver on rx started before a sender.
 
     ``head`` goes before the hosts (e.g. a ``[sweep]`` table); ``*_keys`` are extra
-    TOML lines for each process. Pipelines are quoted as TOML strings here.
+    TOML lines for each process and for the link (e.g. ``delay_ms = 10``). Pipelines
+    are quoted as TOML strings here.
     """
     return f"""\
 name = "{name}"
@@ -70,6 +72,7 @@ duration_s = {duration}
 [hosts.rx]
 [[links]]
 between = ["tx", "rx"]
+{link_keys}
 [processes.receiver]
 host = "rx"
 {receiver_keys}

@@ -25,6 +25,7 @@ from latlab.pipeline import analyze_run
 from latlab.stitch.journeys import build_journeys
 from latlab.stitch.position import MISSING
 from latlab.tracer import is_built
+from tests.conftest import two_hosts
 
 pytestmark = [
     pytest.mark.e2e,
@@ -51,21 +52,13 @@ SENDER = (
 
 
 def _scenario(latency_ms: int, delay_ms: float) -> str:
-    return f"""\
-name = "srt-test"
-duration_s = 4
-[hosts.tx]
-[hosts.rx]
-[[links]]
-between = ["tx", "rx"]
-delay_ms = {delay_ms}
-[processes.receiver]
-host = "rx"
-pipeline = "{RECEIVER.format(latency=latency_ms)}"
-[processes.sender]
-host = "tx"
-pipeline = "{SENDER.format(latency=latency_ms)}"
-"""
+    return two_hosts(
+        RECEIVER.format(latency=latency_ms),
+        SENDER.format(latency=latency_ms),
+        name="srt-test",
+        duration=4,
+        link_keys=f"delay_ms = {delay_ms}",
+    )
 
 
 def _run(tmp_path: Path, tag: str, latency_ms: int, delay_ms: float) -> Path:

@@ -671,6 +671,14 @@ pub fn on_push_post(pad: &gst::Pad) {
 }
 
 /// `pad-push-event-pre`: `eos` records, caps notes and the pad's RTP flag.
+/// Queues a note about `pad` for the writer, made from the pad's id and the time now.
+fn push_pad_note(pad: &gst::Pad, make: impl FnOnce(u32, u64) -> Note) {
+    with_local(|rec, local| {
+        let pad_id = local.pad_info(rec, pad).id;
+        rec.push_note(make(pad_id, monotonic_ns()));
+    });
+}
+
 pub fn on_event(pad: &gst::Pad, event: &gst::EventRef) {
     match event.type_() {
         gst::EventType::Eos => with_local(|rec, local| {
@@ -695,32 +703,24 @@ pub fn on_event(pad: &gst::Pad, event: &gst::EventRef) {
             });
         }
         gst::EventType::Latency => {
-            let gst::EventView::Latency(l) = event.view() else {
-                return;
-            };
-            let latency_ns = l.latency().nseconds();
-            with_local(|rec, local| {
-                let pad_id = local.pad_info(rec, pad).id;
-                rec.push_note(Note::Latency {
+            if let gst::EventView::Latency(l) = event.view() {
+                let latency_ns = l.latency().nseconds();
+                push_pad_note(pad, |pad_id, t_ns| Note::Latency {
                     pad_id,
-                    t_ns: monotonic_ns(),
+                    t_ns,
                     latency_ns,
                 });
-            });
+            }
         }
         gst::EventType::Segment => {
-            let gst::EventView::Segment(s) = event.view() else {
-                return;
-            };
-            let segment = s.segment().clone();
-            with_local(|rec, local| {
-                let pad_id = local.pad_info(rec, pad).id;
-                rec.push_note(Note::Segment {
+            if let gst::EventView::Segment(s) = event.view() {
+                let segment = s.segment().clone();
+                push_pad_note(pad, |pad_id, t_ns| Note::Segment {
                     pad_id,
-                    t_ns: monotonic_ns(),
+                    t_ns,
                     segment,
                 });
-            });
+            }
         }
         _ => {}
     }
