@@ -29,6 +29,17 @@ pub const FLAG_PASSTHROUGH: u8 = 32;
 pub const FLAG_SEND_FAILED: u8 = 64;
 pub const FLAG_COPY: u8 = 128;
 
+/// Payload flags (record offset 62): the UDP payload is MPEG-TS (plain or after an SRT header).
+pub const PAYLOAD_TS: u16 = 1;
+/// A TS packet of the payload starts a PES with a PTS (its PID and PTS are in the RTP fields).
+pub const PAYLOAD_PES_START: u16 = 2;
+/// The UDP payload is an SRT data packet.
+pub const PAYLOAD_SRT_DATA: u16 = 4;
+/// The SRT data packet is a retransmission (R flag).
+pub const PAYLOAD_SRT_REXMIT: u16 = 8;
+/// The SRT payload is encrypted (KK non-zero): its TS is not parsed.
+pub const PAYLOAD_SRT_ENCRYPTED: u16 = 16;
+
 /// Header flag: the emulator stopped cleanly and wrote every record it had.
 pub const HEADER_CLOSED: u32 = 1;
 
@@ -53,6 +64,7 @@ pub struct Record {
     pub rtp_ts: u32,
     pub packet_id: u32,
     pub ethertype: u16,
+    pub payload_flags: u16,
 }
 
 impl Record {
@@ -77,6 +89,7 @@ impl Record {
         b[52..56].copy_from_slice(&self.rtp_ts.to_le_bytes());
         b[56..60].copy_from_slice(&self.packet_id.to_le_bytes());
         b[60..62].copy_from_slice(&self.ethertype.to_le_bytes());
+        b[62..64].copy_from_slice(&self.payload_flags.to_le_bytes());
         b
     }
 }

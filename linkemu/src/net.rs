@@ -167,7 +167,8 @@ pub fn is_ipv4(frame: &[u8]) -> bool {
 }
 
 /// Fill the packet fields of `rec` from an Ethernet frame: ethertype, IPv4 protocol,
-/// addresses and ports (first fragments only), and RTP v2 header fields over UDP.
+/// addresses and ports (first fragments only), and over UDP either the MPEG-TS facts
+/// of an SRT data packet or plain TS payload (see [`inspect_ts`]) or RTP v2 header fields.
 pub fn inspect(frame: &[u8], rec: &mut Record) {
     if frame.len() < 14 {
         return;
@@ -189,32 +190,151 @@ pub fn inspect(frame: &[u8], rec: &mut Record) {
         rec.src_port = be16(frame, l4);
         rec.dst_port = be16(frame, l4 + 2);
     }
-    let rtp = l4 + 8;
-    if rec.ip_proto != libc::IPPROTO_UDP as u8 || frame.len() < rtp + 12 {
+    if rec.ip_proto != libc::IPPROTO_UDP as u8 || frame.len() < l4 + 8 {
         return;
     }
-    let pt = frame[rtp + 1] & 0x7f;
+    // The UDP length bounds the payload (short frames carry Ethernet padding); a payload
+    // cut by fragmentation is what the frame holds.
+    let udp_len = usize::from(be16(frame, l4 + 4)).max(8);
+    let end = (l4 + udp_len).min(frame.len());
+    let payload = &frame[l4 + 8..end];
+    if inspect_ts(payload, rec) {
+        return;
+    }
+    inspect_rtp(payload, rec);
+}
+
+fn inspect_rtp(p: &[u8], rec: &mut Record) {
+    if p.len() < 12 {
+        return;
+    }
+    let pt = p[1] & 0x7f;
     // RTP version 2; payload types 72..=76 are RTCP (SR, RR, SDES, BYE, APP).
-    if frame[rtp] >> 6 != 2 || (72..=76).contains(&pt) {
+    if p[0] >> 6 != 2 || (72..=76).contains(&pt) {
         return;
     }
     rec.flags |= crate::log::FLAG_RTP;
-    if frame[rtp + 1] & 0x80 != 0 {
+    if p[1] & 0x80 != 0 {
         rec.flags |= crate::log::FLAG_RTP_MARKER;
     }
     rec.rtp_pt = pt;
-    rec.rtp_seq = be16(frame, rtp + 2);
-    rec.rtp_ts = be32(frame, rtp + 4);
-    rec.rtp_ssrc = be32(frame, rtp + 8);
+    rec.rtp_seq = be16(p, 2);
+    rec.rtp_ts = be32(p, 4);
+    rec.rtp_ssrc = be32(p, 8);
+}
+
+const TS_PACKET: usize = 188;
+const SRT_HEADER: usize = 16;
+
+/// Whether `p` is whole MPEG-TS packets: a non-zero multiple of 188 bytes, each with 0x47.
+fn is_ts(p: &[u8]) -> bool {
+    !p.is_empty()
+        && p.len().is_multiple_of(TS_PACKET)
+        && p.iter().step_by(TS_PACKET).all(|&b| b == 0x47)
+}
+
+/// A UDP payload that is plain MPEG-TS or an SRT data packet (bit 31 of the first word
+/// clear, a non-zero destination socket id, KK not 11b, which only control packets use):
+/// set the payload flags and put the TS facts in the RTP fields (`rtp_seq` = low 16 bits
+/// of the SRT sequence number, `rtp_ssrc` = PID, `rtp_ts`/`rtp_pt` = PTS bits 0..31/32).
+/// Such a packet is never RTP. False when the payload is neither.
+fn inspect_ts(p: &[u8], rec: &mut Record) -> bool {
+    use crate::log::{PAYLOAD_SRT_DATA, PAYLOAD_SRT_ENCRYPTED, PAYLOAD_SRT_REXMIT, PAYLOAD_TS};
+    if is_ts(p) {
+        rec.payload_flags |= PAYLOAD_TS;
+        ts_facts(p, rec);
+        return true;
+    }
+    if p.len() < SRT_HEADER || p[0] & 0x80 != 0 || be32(p, 12) == 0 {
+        return false;
+    }
+    let msgno = be32(p, 4);
+    let kk = (msgno >> 27) & 3;
+    if kk == 3 {
+        return false;
+    }
+    rec.payload_flags |= PAYLOAD_SRT_DATA;
+    rec.rtp_seq = (be32(p, 0) & 0xffff) as u16;
+    if msgno & (1 << 26) != 0 {
+        rec.payload_flags |= PAYLOAD_SRT_REXMIT;
+    }
+    if kk != 0 {
+        rec.payload_flags |= PAYLOAD_SRT_ENCRYPTED;
+    } else if is_ts(&p[SRT_HEADER..]) {
+        rec.payload_flags |= PAYLOAD_TS;
+        ts_facts(&p[SRT_HEADER..], rec);
+    }
+    true
+}
+
+/// PID and PTS of the first TS packet that starts a PES with a PTS (else the first
+/// packet's PID); `ts` is whole TS packets.
+fn ts_facts(ts: &[u8], rec: &mut Record) {
+    rec.rtp_ssrc = u32::from(pid(ts));
+    for packet in ts.chunks_exact(TS_PACKET) {
+        if let Some(pts) = pes_pts(packet) {
+            rec.payload_flags |= crate::log::PAYLOAD_PES_START;
+            rec.rtp_ssrc = u32::from(pid(packet));
+            rec.rtp_ts = pts as u32;
+            rec.rtp_pt = (pts >> 32) as u8;
+            return;
+        }
+    }
+}
+
+fn pid(packet: &[u8]) -> u16 {
+    be16(packet, 1) & 0x1fff
+}
+
+/// The PTS of the PES that this 188-byte TS packet starts, if it starts one with a PTS.
+fn pes_pts(packet: &[u8]) -> Option<u64> {
+    let unit_start = packet[1] & 0x40 != 0;
+    let control = (packet[3] >> 4) & 3;
+    if !unit_start || control & 1 == 0 {
+        return None;
+    }
+    let start = if control & 2 != 0 {
+        5 + usize::from(packet[4])
+    } else {
+        4
+    };
+    let pes = packet.get(start..)?;
+    // Start code, a stream id with the optional header ('10' marker bits), PTS flag.
+    if pes.len() < 14 || pes[..3] != [0, 0, 1] || !has_pes_header(pes[3]) {
+        return None;
+    }
+    if pes[6] & 0xc0 != 0x80 || pes[7] & 0x80 == 0 {
+        return None;
+    }
+    let b = &pes[9..14];
+    Some(
+        (u64::from(b[0] >> 1) & 7) << 30
+            | u64::from(b[1]) << 22
+            | u64::from(b[2] >> 1) << 15
+            | u64::from(b[3]) << 7
+            | u64::from(b[4] >> 1),
+    )
+}
+
+/// Stream ids whose PES packets carry the optional header (ISO 13818-1 2.4.3.7).
+fn has_pes_header(stream_id: u8) -> bool {
+    !matches!(
+        stream_id,
+        0xbc | 0xbe | 0xbf | 0xf0 | 0xf1 | 0xf2 | 0xf8 | 0xff
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::log::{
+        FLAG_RTP, FLAG_RTP_MARKER, PAYLOAD_PES_START, PAYLOAD_SRT_DATA, PAYLOAD_SRT_ENCRYPTED,
+        PAYLOAD_SRT_REXMIT, PAYLOAD_TS,
+    };
 
-    #[test]
-    fn inspects_rtp_over_udp() {
-        let mut f = vec![0u8; 14 + 20 + 8 + 12 + 4];
+    /// Ethernet + IPv4 + UDP (40000 -> 5004) around `payload`, padded to 60 bytes.
+    fn udp_frame(payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 14 + 20 + 8];
         f[12..14].copy_from_slice(&ETH_P_IP.to_be_bytes());
         f[14] = 0x45;
         f[23] = 17;
@@ -222,19 +342,154 @@ mod tests {
         f[30..34].copy_from_slice(&[10, 77, 0, 2]);
         f[34..36].copy_from_slice(&40000u16.to_be_bytes());
         f[36..38].copy_from_slice(&5004u16.to_be_bytes());
-        f[42] = 0x80;
-        f[43] = 0x80 | 96;
-        f[44..46].copy_from_slice(&513u16.to_be_bytes());
-        f[46..50].copy_from_slice(&48000u32.to_be_bytes());
-        f[50..54].copy_from_slice(&0xdead_beefu32.to_be_bytes());
+        f[38..40].copy_from_slice(&(8 + payload.len() as u16).to_be_bytes());
+        f.extend_from_slice(payload);
+        f.resize(f.len().max(60), 0);
+        f
+    }
+
+    /// A 188-byte TS packet of `pid`; with `pts`, it starts a video PES with that PTS
+    /// (after an adaptation field of `adaptation` bytes when non-zero).
+    fn ts_packet(pid: u16, pts: Option<u64>, adaptation: u8) -> [u8; 188] {
+        let mut p = [0xffu8; 188];
+        p[0] = 0x47;
+        p[1..3].copy_from_slice(&(pid & 0x1fff).to_be_bytes());
+        p[3] = if adaptation > 0 { 0x30 } else { 0x10 };
+        let mut at = 4;
+        if adaptation > 0 {
+            p[4] = adaptation;
+            p[5] = 0x10; // PCR flag; the rest stays stuffing
+            at = 5 + usize::from(adaptation);
+        }
+        if let Some(pts) = pts {
+            p[1] |= 0x40;
+            let header = [0, 0, 1, 0xe0, 0, 0, 0x80, 0x80, 5];
+            p[at..at + 9].copy_from_slice(&header);
+            p[at + 9] = 0x21 | (((pts >> 30) as u8 & 7) << 1);
+            p[at + 10] = (pts >> 22) as u8;
+            p[at + 11] = ((pts >> 14) as u8) | 1;
+            p[at + 12] = (pts >> 7) as u8;
+            p[at + 13] = ((pts << 1) as u8) | 1;
+        }
+        p
+    }
+
+    fn srt_header(seq: u32, kk: u32, rexmit: bool) -> Vec<u8> {
+        let msgno = 3 << 30 | kk << 27 | u32::from(rexmit) << 26 | 77;
+        let mut h = Vec::new();
+        h.extend_from_slice(&(seq & 0x7fff_ffff).to_be_bytes());
+        h.extend_from_slice(&msgno.to_be_bytes());
+        h.extend_from_slice(&123_456u32.to_be_bytes());
+        h.extend_from_slice(&0x1234_5678u32.to_be_bytes());
+        h
+    }
+
+    fn inspected(payload: &[u8]) -> Record {
         let mut rec = Record::default();
-        inspect(&f, &mut rec);
+        inspect(&udp_frame(payload), &mut rec);
+        rec
+    }
+
+    #[test]
+    fn inspects_rtp_over_udp() {
+        let mut rtp = vec![0x80, 0x80 | 96];
+        rtp.extend_from_slice(&513u16.to_be_bytes());
+        rtp.extend_from_slice(&48000u32.to_be_bytes());
+        rtp.extend_from_slice(&0xdead_beefu32.to_be_bytes());
+        rtp.extend_from_slice(&[0; 4]);
+        let rec = inspected(&rtp);
         assert_eq!(rec.ip_proto, 17);
         assert_eq!(rec.src_ip, 0x0a4d_0001);
         assert_eq!((rec.src_port, rec.dst_port), (40000, 5004));
-        assert_eq!(rec.flags & crate::log::FLAG_RTP, crate::log::FLAG_RTP);
-        assert_ne!(rec.flags & crate::log::FLAG_RTP_MARKER, 0);
+        assert_eq!(rec.flags & FLAG_RTP, FLAG_RTP);
+        assert_ne!(rec.flags & FLAG_RTP_MARKER, 0);
         assert_eq!((rec.rtp_pt, rec.rtp_seq, rec.rtp_ts), (96, 513, 48000));
         assert_eq!(rec.rtp_ssrc, 0xdead_beef);
+        assert_eq!(rec.payload_flags, 0);
+    }
+
+    #[test]
+    fn srt_data_with_a_pes_start_gives_pid_and_33_bit_pts() {
+        let pts = (1u64 << 32) | 0x0123_4567;
+        let mut p = srt_header(0x1234_abcd, 0, false);
+        p.extend_from_slice(&ts_packet(0x41, Some(pts), 7));
+        let rec = inspected(&p);
+        assert_eq!(
+            rec.payload_flags,
+            PAYLOAD_SRT_DATA | PAYLOAD_TS | PAYLOAD_PES_START
+        );
+        assert_eq!(rec.flags & FLAG_RTP, 0);
+        assert_eq!((rec.rtp_ssrc, rec.rtp_seq), (0x41, 0xabcd));
+        assert_eq!((rec.rtp_ts, rec.rtp_pt), (0x0123_4567, 1));
+    }
+
+    #[test]
+    fn seven_ts_packets_take_the_first_pes_start() {
+        let mut p = srt_header(9, 0, true);
+        p.extend_from_slice(&ts_packet(0, None, 0)); // no PES start: PSI-like
+        let mut pat = ts_packet(0x1000, None, 0);
+        pat[1] |= 0x40; // unit start, but a section (no 00 00 01)
+        pat[4] = 0;
+        p.extend_from_slice(&pat);
+        p.extend_from_slice(&ts_packet(0x42, Some(900), 0));
+        p.extend_from_slice(&ts_packet(0x41, Some(3003), 0));
+        for _ in 0..3 {
+            p.extend_from_slice(&ts_packet(0x41, None, 0));
+        }
+        let rec = inspected(&p);
+        let want = PAYLOAD_SRT_DATA | PAYLOAD_SRT_REXMIT | PAYLOAD_TS | PAYLOAD_PES_START;
+        assert_eq!(rec.payload_flags, want);
+        assert_eq!(
+            (rec.rtp_ssrc, rec.rtp_ts, rec.rtp_pt, rec.rtp_seq),
+            (0x42, 900, 0, 9)
+        );
+    }
+
+    #[test]
+    fn ts_without_pes_start_gives_the_first_pid() {
+        let mut p = srt_header(5, 0, false);
+        p.extend_from_slice(&ts_packet(0x41, None, 0));
+        p.extend_from_slice(&ts_packet(0x44, None, 0));
+        let rec = inspected(&p);
+        assert_eq!(rec.payload_flags, PAYLOAD_SRT_DATA | PAYLOAD_TS);
+        assert_eq!((rec.rtp_ssrc, rec.rtp_ts, rec.rtp_seq), (0x41, 0, 5));
+    }
+
+    #[test]
+    fn plain_ts_over_udp() {
+        let mut p = ts_packet(0x100, Some(90_000), 0).to_vec();
+        p.extend_from_slice(&ts_packet(0x100, None, 0));
+        let rec = inspected(&p);
+        assert_eq!(rec.payload_flags, PAYLOAD_TS | PAYLOAD_PES_START);
+        assert_eq!((rec.rtp_ssrc, rec.rtp_ts, rec.rtp_seq), (0x100, 90_000, 0));
+    }
+
+    #[test]
+    fn encrypted_srt_is_not_parsed() {
+        let mut p = srt_header(5, 1, false);
+        p.extend_from_slice(&ts_packet(0x41, Some(1), 0));
+        let rec = inspected(&p);
+        assert_eq!(rec.payload_flags, PAYLOAD_SRT_DATA | PAYLOAD_SRT_ENCRYPTED);
+        assert_eq!((rec.rtp_ssrc, rec.rtp_ts), (0, 0));
+    }
+
+    #[test]
+    fn broken_ts_and_control_packets_are_not_ts() {
+        let mut p = srt_header(5, 0, false);
+        let mut bad = ts_packet(0x41, Some(1), 0);
+        bad[0] = 0x48;
+        p.extend_from_slice(&ts_packet(0x41, None, 0));
+        p.extend_from_slice(&bad);
+        assert_eq!(inspected(&p).payload_flags, PAYLOAD_SRT_DATA);
+        let mut cut = srt_header(5, 0, false);
+        cut.extend_from_slice(&ts_packet(0x41, Some(1), 0)[..100]);
+        assert_eq!(inspected(&cut).payload_flags, PAYLOAD_SRT_DATA);
+        let mut ack = srt_header(0, 0, false);
+        ack[0] = 0x80; // control bit: an ACK-like packet
+        ack[1] = 0x02;
+        ack.extend_from_slice(&[0; 28]);
+        assert_eq!(inspected(&ack).payload_flags, 0);
+        // A short datagram in a padded frame is not an SRT header.
+        assert_eq!(inspected(&[1, 2, 3, 4]).payload_flags, 0);
     }
 }
