@@ -20,7 +20,7 @@ import pytest
 
 from latlab.ingest.events import load_run
 from latlab.lab.runner import run_scenario
-from latlab.lab.scenario import parse_scenario
+from latlab.lab.scenario import load_scenario, parse_scenario
 from latlab.pipeline import analyze_run
 from latlab.stitch.journeys import build_journeys
 from latlab.stitch.position import MISSING
@@ -124,3 +124,25 @@ def test_planted_link_delay_lands_in_transport(tmp_path: Path) -> None:
     base = _transport_p50(tmp_path, "d5", latency_ms=80, delay_ms=5)
     planted = _transport_p50(tmp_path, "d30", latency_ms=80, delay_ms=30)
     assert planted - base == pytest.approx(25.0, abs=TOLERANCE_MS)
+
+
+WIRE_PER_TS_PAYLOAD = (188 + 16 + 8 + 20 + 14) / 184  # TS, SRT, UDP, IP, Ethernet per 184 B
+
+
+def test_iframes_drain_slower_through_a_rate_limited_link(tmp_path: Path) -> None:
+    """At the bottleneck a frame's packets leave one after the other: the extra bytes of an
+    I-frame take (extra bytes on the wire) x 8 / rate longer to drain than a P-frame's."""
+    path = Path(__file__).resolve().parent.parent / "scenarios" / "srt-iframe-ratelimit.toml"
+    scenario = load_scenario(path).with_duration(5)
+    out = tmp_path / "run"
+    run_scenario(scenario, out, progress=False)
+    summary, _, _ = analyze_run(out)
+    frames = _video_stream(summary)["frames"]
+    rate_bps = scenario.links[0].impairment["rate_kbit"] * 1000
+    extra_bytes = frames["I"]["bytes_p50"] - frames["P"]["bytes_p50"]
+    expected_ms = extra_bytes * WIRE_PER_TS_PAYLOAD * 8 / rate_bps * 1000
+    drain_i, drain_p = (frames[t]["link_drain"]["p50_ms"] for t in ("I", "P"))
+    assert drain_i - drain_p == pytest.approx(expected_ms, rel=0.1)
+    # TSBPD hides it from the receiver while the latency covers it
+    transport_i, transport_p = (frames[t]["transport"]["p50_ms"] for t in ("I", "P"))
+    assert transport_i == pytest.approx(transport_p, abs=TOLERANCE_MS)
