@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
     gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
-    gstreamer1.0-plugins-bad gstreamer1.0-libav libgstreamer1.0-dev
+    gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-libav libgstreamer1.0-dev
     libgstreamer-plugins-base1.0-dev pkg-config build-essential iproute2 iputils-ping
     python3 python3-venv procps
     jackd2 pulseaudio pulseaudio-utils
