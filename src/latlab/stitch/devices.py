@@ -75,6 +75,7 @@ def add_device_playout(journeys: Journeys, table: EventTable, run: dict[str, Any
         journeys,
         probe_names=[*journeys.probe_names, name],
         segment_kinds=[*journeys.segment_kinds, PLAYOUT],
+        probe_klass=[*journeys.probe_klass, "Audio/Device"],
         times=np.asfortranarray(times),
         threads=np.asfortranarray(threads),
         clock_domains=[*journeys.clock_domains, journeys.clock_domains[-1]],
