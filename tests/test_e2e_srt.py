@@ -109,9 +109,23 @@ def _sizes_by_unit(table, journeys, probe_name: str) -> np.ndarray:
     return np.where(hit, size[order][idx], -1)
 
 
+CONNECTIONS = 3
+
+
 def _transport_p50(tmp_path: Path, tag: str, latency_ms: int, delay_ms: float) -> float:
-    summary, _, _ = analyze_run(_run(tmp_path, tag, latency_ms, delay_ms))
-    return _video_stream(summary)["phases"]["transport"]["p50_ms"]
+    """Transport p50, median over three connections.
+
+    SRT fixes each connection's delivery time base from its handshake's arrival;
+    on this busy 2-core machine a handshake is now and then handled a millisecond
+    or two late, which shifts every frame of that connection alike (latlab sees it
+    as a constant offset, min to max). The median of three connections is the
+    setting's own transport time.
+    """
+    p50s = []
+    for i in range(CONNECTIONS):
+        summary, _, _ = analyze_run(_run(tmp_path, f"{tag}-{i}", latency_ms, delay_ms))
+        p50s.append(_video_stream(summary)["phases"]["transport"]["p50_ms"])
+    return float(np.median(p50s))
 
 
 def test_planted_srt_latency_lands_in_transport(tmp_path: Path) -> None:

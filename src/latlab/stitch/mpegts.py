@@ -201,38 +201,49 @@ def done_ranges(first: Ranges, done: ProbeEvents) -> Ranges:
 
 
 def demuxer_knots(out: ProbeEvents, frames: PesFrames) -> tuple[np.ndarray, np.ndarray]:
-    """Knots mapping a demuxer's output PTS to positions (see the module docstring)."""
-    ok = (frames.position >= 0) & (frames.last_ns >= 0) & (frames.es_bytes >= 0)
-    frame_ns = int(np.median((frames.end - frames.position)[ok])) if ok.any() else 0
-    order = np.argsort(frames.last_ns[ok], kind="stable")
-    last, size, pos = (a[ok][order] for a in (frames.last_ns, frames.es_bytes, frames.position))
+    """Knots mapping a demuxer's output PTS to positions (see the module docstring).
+
+    The PTS offset comes from outputs whose size only one recently completed PES
+    has; then every output takes the frame at its PTS plus that offset, if the
+    sizes agree (or the frame's size is unknown: the last PES of a stream).
+    """
     events = out.select(out.pts >= 0)
-    if not len(last) or not len(events.t_ns):
+    placed = frames.position >= 0
+    sized = placed & (frames.last_ns >= 0) & (frames.es_bytes >= 0)
+    typical = _typical_offset(events, frames, sized)
+    if typical is None:
         return np.empty(0, np.int64), np.empty(0, np.int64)
+    frame_ns = int(np.median((frames.end - frames.position)[sized]))
+    pos, size = frames.position[placed], frames.es_bytes[placed]
+    by_pos = np.argsort(pos, kind="stable")
+    row = by_pos[_nearest(pos[by_pos], events.pts + typical)]
+    close = np.abs(pos[row] - events.pts - typical) < frame_ns / 2
+    chosen = close & ((size[row] == events.size) | (size[row] < 0))
+    recv_pts, position = events.pts[chosen], pos[row[chosen]]
+    order = np.argsort(recv_pts, kind="stable")
+    recv_pts, position = recv_pts[order], position[order]
+    distinct = np.concatenate([[True], recv_pts[1:] != recv_pts[:-1]])
+    return recv_pts[distinct], position[distinct]
+
+
+def _typical_offset(events: ProbeEvents, frames: PesFrames, sized: np.ndarray) -> int | None:
+    """Position minus demuxer PTS, from outputs matched to the latest PES of their size."""
+    order = np.argsort(frames.last_ns[sized], kind="stable")
+    last, size, pos = (a[sized][order] for a in (frames.last_ns, frames.es_bytes, frames.position))
+    if not len(last) or not len(events.t_ns):
+        return None
     newest = np.searchsorted(last, events.t_ns, side="right") - 1
     cand = newest[:, None] - np.arange(CANDIDATES)[None, :]
     valid = cand >= 0
     cand = np.maximum(cand, 0)
     valid &= size[cand] == events.size[:, None]
-    offset = pos[cand] - events.pts[:, None]
-    first_match = np.argmax(valid, axis=1)
     matches = valid.sum(axis=1)
     if not matches.any():
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    # Outputs whose size only one candidate has say the offset; every output then
-    # takes the frame at its PTS plus that offset, if the sizes agree.
+        return None
     sure = matches == 1 if (matches == 1).any() else matches > 0
-    typical = int(np.median(offset[sure, first_match[sure]]))
-    by_pos = np.argsort(pos, kind="stable")
-    nearest = _nearest(pos[by_pos], events.pts + typical)
-    row = by_pos[nearest]
-    chosen = (np.abs(pos[row] - events.pts - typical) < frame_ns / 2) & (size[row] == events.size)
-    recv_pts = events.pts[chosen]
-    position = pos[row[chosen]]
-    order = np.argsort(recv_pts, kind="stable")
-    recv_pts, position = recv_pts[order], position[order]
-    distinct = np.concatenate([[True], recv_pts[1:] != recv_pts[:-1]])
-    return recv_pts[distinct], position[distinct]
+    first_match = np.argmax(valid, axis=1)
+    offset = pos[cand] - events.pts[:, None]
+    return int(np.median(offset[sure, first_match[sure]]))
 
 
 def _nearest(sorted_values: np.ndarray, queries: np.ndarray) -> np.ndarray:
