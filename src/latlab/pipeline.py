@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 
 from latlab.analysis.element_stats import srt_summary, stats_table
 from latlab.analysis.segments import StreamAnalysis, analyze
+from latlab.ingest.browser_records import read_browser_logs
 from latlab.ingest.events import EventTable, load_run
 from latlab.ingest.link_events import read_link_logs
 from latlab.ingest.link_log import LinkLog, traffic_summary
@@ -53,8 +54,9 @@ def analyze_run(
     meta = run_metadata(run_dir)
     unit = unit_ms or float(meta.get("unit_ms", 10.0))
     link_logs = read_link_logs(run_dir)
-    table = load_run(run_dir, link_logs)
-    streams = analyze(table, unit, meta)
+    browsers = read_browser_logs(run_dir)
+    table = load_run(run_dir, link_logs, allow_no_traces=bool(browsers))
+    streams = analyze(table, unit, meta, browsers)
     summary = build_summary(meta, table, streams)
     resources = summarize_resources(
         run_dir / RESOURCES_FILE,

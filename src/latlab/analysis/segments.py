@@ -8,14 +8,19 @@ means add up to the end-to-end mean.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
+from latlab.analysis.browser_intervals import interval_figures
 from latlab.analysis.phases import phase_bounds
 from latlab.analysis.stats import Samples
+from latlab.ingest.browser_records import BrowserLog
 from latlab.ingest.events import EventTable
 from latlab.ingest.workers import in_background, parallel_map
+from latlab.stitch.browser import browser_journeys
 from latlab.stitch.devices import add_device_playout
 from latlab.stitch.journeys import Journeys, build_journeys
 from latlab.stitch.position import MISSING
@@ -45,20 +50,33 @@ class StreamAnalysis:
     cadence: dict[str, dict]
     handoffs: dict[str, float | int | list]
     phases: dict[str, SegmentStats] = field(default_factory=dict)
+    intervals: dict[str, Any] = field(default_factory=dict)  # browser stages per stats interval
 
 
 def analyze(
-    table: EventTable, unit_ms: float = 10.0, run: dict | None = None
+    table: EventTable,
+    unit_ms: float = 10.0,
+    run: dict | None = None,
+    browsers: Sequence[BrowserLog] = (),
 ) -> list[StreamAnalysis]:
     """Stitch journeys and compute the statistics of every stream of a run.
 
-    ``run`` (run.json) adds device playout probes where a path ends in an audio device.
+    ``run`` (run.json) adds device playout probes where a path ends in an audio device;
+    ``browsers`` are the run's browser records: one stream per direction and SSRC, with
+    the browser's own stages per stats interval.
     """
     cadence = in_background(lambda: probe_cadence(table))
     journeys = build_journeys(table, unit_ms)
     if run and run.get("devices"):
         journeys = [add_device_playout(j, table, run) for j in journeys]
-    return [_analyze_stream(j, cadence()) for j in journeys]
+    streams = [_analyze_stream(j, cadence()) for j in journeys]
+    by_name = {log.process: log for log in browsers}
+    for j in browser_journeys(list(browsers), table):
+        stream = _analyze_stream(j, {})
+        sender, receiver = (name.split("/", 1)[0] for name in (j.probe_names[0], j.probe_names[-1]))
+        stream.intervals = interval_figures(by_name[sender], by_name[receiver], j.path.ssrc or 0)
+        streams.append(stream)
+    return streams
 
 
 def _analyze_stream(journeys: Journeys, cadence: dict[str, dict]) -> StreamAnalysis:

@@ -239,10 +239,12 @@ def find_traces(run_dir: Path) -> list[Path]:
 READ_WORKERS = 2  # files read at once (each maps its file and holds a grouped copy)
 
 
-def load_traces(paths: list[Path], extra: Sequence[Trace] = ()) -> EventTable:
+def load_traces(
+    paths: list[Path], extra: Sequence[Trace] = (), *, allow_empty: bool = False
+) -> EventTable:
     """Read and combine trace files, two at once, and traces made in memory (``extra``).
 
-    Raises TraceError if none is usable.
+    Raises TraceError if none is usable (unless ``allow_empty`` and there were none).
     """
     builder = _TableBuilder()
     for trace in extra:
@@ -253,7 +255,7 @@ def load_traces(paths: list[Path], extra: Sequence[Trace] = ()) -> EventTable:
             errors.append(str(grouped))
         else:
             builder.add(grouped)
-    if not builder.processes:
+    if not builder.processes and (errors or not allow_empty):
         raise TraceError(errors[0] if errors else "no trace files found")
     table = builder.build()
     for message in errors:
@@ -491,13 +493,16 @@ def _make_probe(
     )
 
 
-def load_run(run_dir: Path, link_logs: Sequence[LinkLog] | None = None) -> EventTable:
+def load_run(
+    run_dir: Path, link_logs: Sequence[LinkLog] | None = None, *, allow_no_traces: bool = False
+) -> EventTable:
     """Read all traces of a run directory, and the logs of its emulated links.
 
-    ``link_logs`` are the run's link logs when the caller has read them already.
+    ``link_logs`` are the run's link logs when the caller has read them already;
+    ``allow_no_traces`` accepts a run without trace files (browsers only).
     """
     paths = find_traces(run_dir)
-    if not paths:
+    if not paths and not allow_no_traces:
         raise TraceError(f"{run_dir}: no trace files (*.lltrace) found")
     link = merge_link_logs(read_link_logs(run_dir) if link_logs is None else link_logs)
-    return load_traces(paths, extra=[link] if link is not None else [])
+    return load_traces(paths, extra=[link] if link is not None else [], allow_empty=allow_no_traces)

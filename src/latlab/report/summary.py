@@ -76,6 +76,8 @@ def _stream(s: StreamAnalysis) -> dict[str, Any]:
     effects = frame_effects(s)
     if effects:
         out["frames"] = effects
+    if s.intervals:
+        out["intervals"] = s.intervals
     return out
 
 

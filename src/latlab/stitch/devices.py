@@ -86,6 +86,8 @@ def add_device_playout(journeys: Journeys, table: EventTable, run: dict[str, Any
 
 def segment_device_flags(journeys: Journeys, table: EventTable) -> list[dict[str, Any]]:
     """Per segment: ``{"device": bool}`` (plus ``"estimated": True`` for a device probe)."""
+    if not journeys.path.probes:  # a browser stream: no GStreamer probe, no device seen
+        return [{"device": False} for _ in journeys.segment_kinds]
     origin = table.probes[journeys.path.probes[0]]
     flags: list[dict[str, Any]] = []
     for i, kind in enumerate(journeys.segment_kinds):

@@ -1,0 +1,100 @@
+"""What a browser does with a stream after its receiver transform, per stats interval.
+
+``getStats()`` counters are lifetime sums; latlab samples them every 200 ms and
+turns each interval's increments into that interval's average (a jitter buffer
+delay is ``Δ jitterBufferDelay / Δ jitterBufferEmittedCount``), so the result is
+a distribution over intervals, not one lifetime average.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from latlab.analysis.stats import Samples
+from latlab.ingest.browser_records import BrowserLog
+
+NTP_UNIX_OFFSET_MS = 2_208_988_800_000
+FIGURES = ("count", "p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms")
+
+# name -> (report type, numerator, denominator, scale to ms)
+RATIOS = {
+    "jitter_buffer": ("inbound-rtp", "jitterBufferDelay", "jitterBufferEmittedCount", 1000.0),
+    "jitter_buffer_target": (
+        "inbound-rtp",
+        "jitterBufferTargetDelay",
+        "jitterBufferEmittedCount",
+        1000.0,
+    ),
+    "jitter_buffer_minimum": (
+        "inbound-rtp",
+        "jitterBufferMinimumDelay",
+        "jitterBufferEmittedCount",
+        1000.0,
+    ),
+    "playout": ("media-playout", "totalPlayoutDelay", "totalSamplesCount", 1000.0),
+    "pacer": ("outbound-rtp", "totalPacketSendDelay", "packetsSent", 1000.0),
+}
+SHARES = {  # name -> (report type, part, whole): a share in % per interval
+    "concealed_pct": ("inbound-rtp", "concealedSamples", "totalSamplesReceived"),
+}
+
+
+def interval_figures(sender: BrowserLog, receiver: BrowserLog, ssrc: int) -> dict[str, Any]:
+    """Per-interval distributions of a stream's browser-side stages (and capture -> playout)."""
+    out: dict[str, Any] = {}
+    for name, (kind, num, den, scale) in RATIOS.items():
+        log = sender if kind == "outbound-rtp" else receiver
+        values = _ratios(_series(log, kind, ssrc, num, den), scale)
+        if len(values):
+            out[name] = _describe(values)
+    for name, (kind, part, whole) in SHARES.items():
+        values = _ratios(_series(receiver, kind, ssrc, part, whole), 100.0)
+        if len(values):
+            out[name] = _describe(values)  # in %, not ms
+    e2e = capture_to_playout_ms(receiver, ssrc)
+    if len(e2e):
+        out["capture_to_playout"] = _describe(e2e)
+    return out
+
+
+def _series(log: BrowserLog, kind: str, ssrc: int, numerator: str, denominator: str) -> np.ndarray:
+    """(numerator, denominator) of every stats sample, in time order; ssrc-matched for RTP."""
+    rows = []
+    for _, reports in sorted(log.stats, key=lambda s: s[0]):
+        for report in reports:
+            if report.get("type") != kind:
+                continue
+            if "ssrc" in report and report["ssrc"] != ssrc:
+                continue
+            num, den = report.get(numerator), report.get(denominator)
+            if isinstance(num, int | float) and isinstance(den, int | float):
+                rows.append((float(num), float(den)))
+    return np.array(rows, np.float64).reshape(-1, 2)
+
+
+def _ratios(series: np.ndarray, scale: float) -> np.ndarray:
+    """Each interval's Δnumerator / Δdenominator, where the denominator grew."""
+    if len(series) < 2:
+        return np.empty(0)
+    delta = np.diff(series, axis=0)
+    grew = delta[:, 1] > 0
+    return delta[grew, 0] / delta[grew, 1] * scale
+
+
+def capture_to_playout_ms(receiver: BrowserLog, ssrc: int) -> np.ndarray:
+    """Per sync sample: when the source's frame played minus its abs-capture-time (ms)."""
+    values = []
+    for _, sources in receiver.sync:
+        for source in sources:
+            capture, played = source.get("captureTimestamp"), source.get("timestamp")
+            if source.get("source") != ssrc or capture is None or played is None:
+                continue
+            values.append(played - (capture - NTP_UNIX_OFFSET_MS))
+    return np.array(values, np.float64)
+
+
+def _describe(values: np.ndarray) -> dict[str, float]:
+    stats = Samples(np.rint(values * 1e6).astype(np.int64)).describe()
+    return {k: float(stats[k]) for k in FIGURES}

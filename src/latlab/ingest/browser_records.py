@@ -1,0 +1,148 @@
+"""Browser records (``browsers/NAME.jsonl``, docs/browser-records.md) as columns on the trace clock.
+
+The page's clock (``performance.timeOrigin + now()``, milliseconds) is mapped to
+CLOCK_MONOTONIC through the server's clock pings: the server stamps a ping with
+its own monotonic time, the page answers with the time it received it, and half
+the round trip apart, the two name the same instant. The median over all pings
+is the page's offset.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from latlab.ingest.trace_reader import TraceError
+
+BROWSERS_DIR = "browsers"
+MISSING = -1
+FRAME_FIELDS = ("t_ms", "capture_ms", "receive_ms", "abs_capture_ms")
+
+
+@dataclass
+class BrowserFrames:
+    """Encoded frames seen by one side's transforms; times are CLOCK_MONOTONIC ns."""
+
+    send: np.ndarray  # bool: sender transform (else receiver transform)
+    audio: np.ndarray  # bool
+    ssrc: np.ndarray  # int64
+    rtp_ts: np.ndarray  # int64
+    seq: np.ndarray  # int64, MISSING if unknown
+    t_ns: np.ndarray
+    bytes: np.ndarray
+    capture_ns: np.ndarray  # MISSING if unknown
+    receive_ns: np.ndarray
+    abs_capture_ns: np.ndarray
+
+    def select(self, mask: np.ndarray) -> BrowserFrames:
+        """The frames where ``mask`` is true."""
+        return BrowserFrames(**{k: getattr(self, k)[mask] for k in self.__dataclass_fields__})
+
+
+@dataclass
+class BrowserLog:
+    """Everything one browser's page recorded."""
+
+    process: str
+    path: Path
+    offset_ns: int  # page ms * 1e6 + offset_ns = CLOCK_MONOTONIC ns
+    frames: BrowserFrames
+    stats: list[tuple[int, list[dict[str, Any]]]] = field(default_factory=list)  # (t_ns, reports)
+    sync: list[tuple[int, list[dict[str, Any]]]] = field(default_factory=list)
+    console: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    def page_to_mono(self, page_ms: float | None) -> int:
+        """A page time (ms) on CLOCK_MONOTONIC (ns); MISSING for none."""
+        return MISSING if page_ms is None else round(page_ms * 1e6) + self.offset_ns
+
+
+def read_browser_logs(run_dir: Path) -> list[BrowserLog]:
+    """The records of every browser of a run (none if it had no browser)."""
+    return [read_browser_log(p) for p in sorted((run_dir / BROWSERS_DIR).glob("*.jsonl"))]
+
+
+def read_browser_log(path: Path) -> BrowserLog:
+    """Read one browser's records; a damaged line is reported and skipped, never fatal."""
+    lines, problems = _parse_lines(path)
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for line in lines:
+        by_type.setdefault(str(line.get("type")), []).append(line)
+    offset = _clock_offset(by_type.get("clock", []))
+    if offset is None:
+        raise TraceError(f"{path}: no clock pings, so its times cannot be placed")
+    log = BrowserLog(path.stem, path, offset, _frames(by_type.get("frame", []), offset))
+    log.stats = [
+        (_mono(r.get("t_ms"), offset), r.get("reports", [])) for r in by_type.get("stats", [])
+    ]
+    log.sync = [
+        (_mono(r.get("t_ms"), offset), r.get("sources", [])) for r in by_type.get("sync", [])
+    ]
+    log.console = [
+        f"{r.get('level', 'log')}: {r.get('text', '')}" for r in by_type.get("console", [])
+    ]
+    log.problems = problems
+    return log
+
+
+def _parse_lines(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    lines, problems = [], []
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise TraceError(f"{path}: cannot read ({exc.strerror})") from exc
+    for number, raw in enumerate(text.splitlines(), 1):
+        try:
+            line = json.loads(raw)
+        except json.JSONDecodeError:
+            problems.append(f"line {number} is not JSON (skipped)")
+            continue
+        if isinstance(line, dict):
+            lines.append(line)
+        else:
+            problems.append(f"line {number} is not a JSON object (skipped)")
+    return lines, problems
+
+
+def _clock_offset(pings: list[dict[str, Any]]) -> int | None:
+    """Median of (server monotonic at the page's receipt) - page time, in ns."""
+    offsets = [
+        ping["srv_monotonic_ns"] + ping.get("rtt_ms", 0.0) * 1e6 / 2 - ping["page_ms"] * 1e6
+        for ping in pings
+        if isinstance(ping.get("srv_monotonic_ns"), int | float)
+        and isinstance(ping.get("page_ms"), int | float)
+    ]
+    return round(float(np.median(offsets))) if offsets else None
+
+
+def _mono(page_ms: Any, offset: int) -> int:
+    return round(page_ms * 1e6) + offset if isinstance(page_ms, int | float) else MISSING
+
+
+def _frames(lines: list[dict[str, Any]], offset: int) -> BrowserFrames:
+    def column(key: str) -> np.ndarray:
+        values = [line.get(key) for line in lines]
+        return np.array([MISSING if v is None else v for v in values], np.int64)
+
+    def times(key: str) -> np.ndarray:
+        values = np.array(
+            [np.nan if line.get(key) is None else line[key] for line in lines], np.float64
+        )
+        return np.where(np.isnan(values), MISSING, np.rint(values * 1e6) + offset).astype(np.int64)
+
+    return BrowserFrames(
+        send=np.array([line.get("side") == "send" for line in lines], bool),
+        audio=np.array([line.get("kind", "audio") == "audio" for line in lines], bool),
+        ssrc=column("ssrc"),
+        rtp_ts=column("rtp_ts"),
+        seq=column("seq"),
+        t_ns=times("t_ms"),
+        bytes=column("bytes"),
+        capture_ns=times("capture_ms"),
+        receive_ns=times("receive_ms"),
+        abs_capture_ns=times("abs_capture_ms"),
+    )

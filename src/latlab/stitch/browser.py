@@ -1,0 +1,146 @@
+"""Journeys of frames between browsers, from their transforms' records and the link logs.
+
+A browser cannot load the tracer; its page records every encoded frame at the
+sender's and the receiver's ``RTCRtpScriptTransform`` (docs/browser-records.md).
+A frame is the unit: its SSRC and RTP timestamp name it at both transforms and,
+through the clear RTP header of its SRTP packets, on an emulated link. Per
+direction the journey is: capture (the frame's capture time) -> encoded (sender
+transform) -> link in -> link out -> received (its last packet arrived, per the
+frame's metadata) -> receiver transform. What follows in the browser (jitter
+buffer, decoding, playout) is not per frame; ``analysis.browser_intervals``
+gives it per stats interval.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from latlab.ingest.browser_records import BrowserFrames, BrowserLog
+from latlab.ingest.events import EventTable
+from latlab.stitch.journeys import Journeys
+from latlab.stitch.paths import StreamPath
+from latlab.stitch.position import MISSING
+
+AUDIO_RATE = 48_000  # Opus RTP clock
+VIDEO_RATE = 90_000
+RTP_WRAP = 1 << 32
+
+
+def browser_journeys(logs: list[BrowserLog], table: EventTable | None) -> list[Journeys]:
+    """One journey set per (sender, receiver, SSRC) whose frames both transforms saw."""
+    out = []
+    for sender, receiver in itertools.permutations(logs, 2):
+        sent = sender.frames.select(sender.frames.send)
+        got = receiver.frames.select(~receiver.frames.send)
+        for ssrc in np.intersect1d(np.unique(sent.ssrc), np.unique(got.ssrc)):
+            journeys = _direction(sender.process, receiver.process, sent, got, int(ssrc), table)
+            if journeys is not None:
+                out.append(journeys)
+    return out
+
+
+def _direction(
+    sender: str,
+    receiver: str,
+    sent: BrowserFrames,
+    got: BrowserFrames,
+    ssrc: int,
+    table: EventTable | None,
+) -> Journeys | None:
+    sent, got = sent.select(sent.ssrc == ssrc), got.select(got.ssrc == ssrc)
+    order = np.argsort(_unwrap(sent.rtp_ts), kind="stable")
+    sent = sent.select(order)
+    rtp = _unwrap(sent.rtp_ts)
+    keep = np.concatenate([[True], rtp[1:] != rtp[:-1]])  # one unit per frame
+    sent, rtp = sent.select(keep), rtp[keep]
+    if len(rtp) < 2:
+        return None
+    audio = bool(sent.audio[0])
+    rate = AUDIO_RATE if audio else VIDEO_RATE
+    unit_start = (rtp - rtp[0]) * 1_000_000_000 // rate
+    unit_ns = int(np.median(np.diff(unit_start)))
+    columns = [sent.capture_ns, sent.t_ns]
+    names = [f"{sender}/capture", f"{sender}/sender-transform"]
+    kinds = ["processing"]  # capture -> encoded frame: audio processing and encoding
+    for name, times in _link_columns(table, ssrc, sent.rtp_ts):
+        columns.append(times)
+        names.append(name)
+        kinds.append("network")
+    at_receiver = _lookup(got.rtp_ts, sent.rtp_ts)
+    columns += [_take(got.receive_ns, at_receiver), _take(got.t_ns, at_receiver)]
+    names += [f"{receiver}/received", f"{receiver}/receiver-transform"]
+    kinds += ["network", "processing"]
+    times = np.column_stack(columns).astype(np.int64)
+    times = np.where(times < 0, MISSING, times)
+    reached = np.flatnonzero(times[:, -1] != MISSING)
+    rows = slice(reached[0], reached[-1] + 1) if len(reached) else slice(0, 0)
+    return Journeys(
+        stream_id=f"{sender}->{receiver} ssrc={ssrc:08x}",
+        media="audio" if audio else "video",
+        unit_ns=unit_ns,
+        path=StreamPath((), ssrc),
+        probe_names=names,
+        segment_kinds=kinds,
+        unit_start=unit_start[rows],
+        times=np.asfortranarray(times[rows]),
+        threads=np.full(times[rows].shape, MISSING, np.int32, order="F"),
+        clock_domains=["monotonic@localhost"] * len(names),
+        counts=_counts(times[rows]),
+        probe_klass=[""] * len(names),
+    )
+
+
+def _unwrap(rtp_ts: np.ndarray) -> np.ndarray:
+    """RTP timestamps unwrapped along their order."""
+    values = rtp_ts.astype(np.int64)
+    if len(values) < 2:
+        return values
+    step = np.diff(values)
+    wraps = np.cumsum((step < -RTP_WRAP // 2).astype(np.int64) - (step > RTP_WRAP // 2))
+    return np.concatenate([values[:1], values[1:] + wraps * RTP_WRAP])
+
+
+def _lookup(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
+    """Index of each needle's first occurrence in haystack, -1 if absent."""
+    if not len(haystack):
+        return np.full(len(needles), -1, np.int64)
+    order = np.argsort(haystack, kind="stable")
+    idx = np.minimum(np.searchsorted(haystack[order], needles), len(haystack) - 1)
+    return np.where(haystack[order][idx] == needles, order[idx], -1)
+
+
+def _take(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    return np.where(idx >= 0, values[np.maximum(idx, 0)] if len(values) else MISSING, MISSING)
+
+
+def _link_columns(
+    table: EventTable | None, ssrc: int, rtp_ts: np.ndarray
+) -> list[tuple[str, np.ndarray]]:
+    """The first packet of each frame entering and leaving the emulated link that carried it."""
+    if table is None:
+        return []
+    out = []
+    for probe in table.probes:
+        if table.processes[probe.process].kind != "link":
+            continue
+        is_rtp = table.probe_column(probe.index, "is_rtp")
+        mine = is_rtp & (table.probe_column(probe.index, "ssrc") == ssrc)
+        if not mine.any():
+            continue
+        t_ns = table.probe_column(probe.index, "t_ns")[mine]
+        ts = table.probe_column(probe.index, "rtp_ts")[mine].astype(np.int64)
+        order = np.lexsort((t_ns, ts))  # per RTP timestamp, earliest first
+        ts, t_ns = ts[order], t_ns[order]
+        first = np.concatenate([[True], ts[1:] != ts[:-1]])
+        idx = _lookup(ts[first], rtp_ts)
+        out.append((probe.name, _take(t_ns[first], idx)))
+    return out
+
+
+def _counts(times: np.ndarray) -> dict[str, int]:
+    """Frames sent that never reached the receiver's transform (lost or dropped)."""
+    sent = times[:, 1] != MISSING
+    arrived = times[:, -1] != MISSING
+    return {"lost": int((sent & ~arrived).sum()), "late": 0, "duplicated": 0, "reordered": 0}

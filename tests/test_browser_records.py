@@ -1,0 +1,162 @@
+"""Browser records (docs/browser-records.md) read, placed on the trace clock and stitched.
+
+Synthetic records with known answers: two pages whose clocks are offset from the
+server's by known amounts, frames with known capture, encode and network times,
+and stats counters with known increments.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from latlab.analysis.browser_intervals import capture_to_playout_ms, interval_figures
+from latlab.analysis.segments import analyze
+from latlab.ingest.browser_records import read_browser_log, read_browser_logs
+from latlab.ingest.events import load_traces
+from latlab.ingest.trace_reader import TraceError
+
+SSRC = 0x1234
+FRAMES = 200
+FRAME_MS = 20.0
+ENCODE_MS = 7.0
+NETWORK_MS = 31.0
+UNPACK_MS = 0.4
+PAGE_OFFSET_MS = {"alice": 1_700_000_000_000.0, "bob": 1_700_000_000_003.5}  # page - server
+
+
+def _write(path: Path, lines: list[dict]) -> None:
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def _page(name: str, server_ms: float) -> float:
+    return server_ms + PAGE_OFFSET_MS[name]
+
+
+def _clock_lines(name: str) -> list[dict]:
+    lines = []
+    for i in range(20):
+        server_ms = 1000.0 + 250 * i
+        rtt = 0.2 + 0.1 * (i % 3)
+        lines.append(
+            {
+                "type": "clock",
+                "srv_ns": int((server_ms + rtt) * 1e6),
+                "srv_realtime_ns": 0,
+                "srv_monotonic_ns": int(server_ms * 1e6),
+                "page_ms": _page(name, server_ms + rtt / 2),
+                "rtt_ms": rtt,
+            }
+        )
+    return lines
+
+
+def _runs(tmp_path: Path) -> Path:
+    (tmp_path / "browsers").mkdir(parents=True)
+    capture = 2000.0 + FRAME_MS * np.arange(FRAMES)
+    alice = _clock_lines("alice")
+    bob = _clock_lines("bob")
+    for i, c in enumerate(capture):
+        rtp_ts = (4_294_000_000 + 960 * i) % (1 << 32)  # wraps half way
+        frame = {"type": "frame", "kind": "audio", "ssrc": SSRC, "rtp_ts": rtp_ts, "bytes": 80}
+        alice.append(
+            frame
+            | {
+                "side": "send",
+                "t_ms": _page("alice", c + ENCODE_MS),
+                "capture_ms": _page("alice", c),
+            }
+        )
+        if i == 50:
+            continue  # lost on the way
+        arrived = c + ENCODE_MS + NETWORK_MS
+        bob.append(
+            frame
+            | {
+                "side": "recv",
+                "t_ms": _page("bob", arrived + UNPACK_MS),
+                "receive_ms": _page("bob", arrived),
+            }
+        )
+    for k in range(30):  # stats every 200 ms: 40 ms of jitter buffer per emitted sample
+        t = 2000.0 + 200 * k
+        bob.append(
+            {
+                "type": "stats",
+                "t_ms": _page("bob", t),
+                "reports": [
+                    {
+                        "type": "inbound-rtp",
+                        "ssrc": SSRC,
+                        "jitterBufferDelay": 0.040 * 9600 * k,
+                        "jitterBufferEmittedCount": 9600 * k,
+                    }
+                ],
+            }
+        )
+        bob.append(
+            {
+                "type": "sync",
+                "t_ms": _page("bob", t),
+                "sources": [
+                    {
+                        "source": SSRC,
+                        "timestamp": _page("bob", t),
+                        "captureTimestamp": _page("bob", t) - 85.0 + 2_208_988_800_000,
+                    }
+                ],
+            }
+        )
+    _write(tmp_path / "browsers" / "alice.jsonl", alice)
+    _write(tmp_path / "browsers" / "bob.jsonl", bob)
+    return tmp_path
+
+
+def test_page_times_land_on_the_trace_clock(tmp_path: Path) -> None:
+    log = read_browser_log(_runs(tmp_path) / "browsers" / "alice.jsonl")
+    # the first frame was captured at server 2000 ms
+    assert log.frames.capture_ns[0] == pytest.approx(2000e6, abs=1000)
+    assert not log.problems
+
+
+def test_frames_are_stitched_per_direction_with_known_delays(tmp_path: Path) -> None:
+    run = _runs(tmp_path)
+    logs = read_browser_logs(run)
+    (stream,) = analyze(load_traces([], allow_empty=True), browsers=logs)
+    j = stream.journeys
+    assert j.probe_names == [
+        "alice/capture",
+        "alice/sender-transform",
+        "bob/received",
+        "bob/receiver-transform",
+    ]
+    assert j.unit_ns == 20_000_000
+    assert j.counts["lost"] == 1
+    expected = [ENCODE_MS, NETWORK_MS, UNPACK_MS]
+    for seg, ms in zip(stream.segments, expected, strict=True):
+        assert seg.stats["p50_ms"] == pytest.approx(ms, abs=0.01)
+    assert stream.phases["transport"].stats["p50_ms"] == pytest.approx(NETWORK_MS, abs=0.01)
+    assert stream.intervals["jitter_buffer"]["p50_ms"] == pytest.approx(40.0)
+    assert stream.intervals["capture_to_playout"]["p50_ms"] == pytest.approx(85.0)
+
+
+def test_intervals_use_increments_not_lifetime_sums(tmp_path: Path) -> None:
+    logs = {log.process: log for log in read_browser_logs(_runs(tmp_path))}
+    figures = interval_figures(logs["alice"], logs["bob"], SSRC)
+    assert figures["jitter_buffer"]["count"] == 29
+    assert len(capture_to_playout_ms(logs["bob"], SSRC)) == 30
+
+
+def test_damaged_lines_are_reported_and_a_log_without_clock_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"type": "console", "text": "hi"}\nnot json\n')
+    with pytest.raises(TraceError, match="no clock pings"):
+        read_browser_log(path)
+    good = _runs(tmp_path / "r") / "browsers" / "bob.jsonl"
+    good.write_text(good.read_text() + "{broken\n")
+    assert read_browser_log(good).problems == [
+        f"line {len(good.read_text().splitlines())} is not JSON (skipped)"
+    ]
