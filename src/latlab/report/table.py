@@ -95,6 +95,36 @@ def phase_table(stream: dict[str, Any]) -> Table:
     return table
 
 
+INTERVAL_LABELS = {
+    "pacer": "pacer (sender)",
+    "jitter_buffer": "jitter buffer",
+    "jitter_buffer_target": "jitter buffer target",
+    "jitter_buffer_minimum": "jitter buffer minimum",
+    "playout": "playout",
+    "concealed_pct": "concealed samples %",
+    "capture_to_playout": "capture -> playout (abs-capture-time)",
+}
+
+
+def interval_table(intervals: dict[str, Any]) -> Table:
+    """A browser's own stages, one value per 200 ms stats interval, as distributions."""
+    table = Table(
+        title="in the browser, per stats interval (getStats every 200 ms)",
+        title_justify="left",
+        header_style="bold",
+    )
+    table.add_column("stage")
+    table.add_column("intervals", justify="right")
+    for label in ("p50", "p90", "p99", "max", "mean"):
+        table.add_column(f"{label} ms", justify="right")
+    for name, label in INTERVAL_LABELS.items():
+        if name in intervals:
+            f = intervals[name]
+            cells = [_ms(f[k]) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms")]
+            table.add_row(label, str(f["count"]), *cells)
+    return table
+
+
 def srt_table(entries: list[dict[str, Any]]) -> Table:
     """Per SRT connection end: latency, RTT, the TSBPD prediction and packet counts."""
     table = Table(
@@ -264,6 +294,8 @@ def render_summary(
             parts.append(phase_table(stream))
         if stream.get("frames"):
             parts.append(frame_table(stream["frames"]))
+        if stream.get("intervals"):
+            parts.append(interval_table(stream["intervals"]))
         handoffs = stream["thread_handoffs"]
         parts.append(
             Text(
