@@ -14,25 +14,43 @@ APT_PACKAGES=(
     jackd2 pulseaudio pulseaudio-utils
     ethtool
 )
+# Browser peers (issue 5): Chromium, and libnice + the GstWebRTC typelib for the webrtcbin
+# peer. Installed without recommends: with them apt pulls in about 100 packages (cups,
+# avahi, perl...), without them 8.
+APT_PACKAGES_NO_RECOMMENDS=(
+    chromium gstreamer1.0-nice gir1.2-gst-plugins-bad-1.0
+)
 
 MIN_RUST=1.71.1  # gstreamer-rs 0.23's minimum; latlab is built and tested with 1.95
 
 log() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
 
-install_debian_packages() {
-    local missing=()
-    for pkg in "${APT_PACKAGES[@]}"; do
+missing_packages() {
+    local pkg
+    for pkg in "$@"; do
         dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
-            || missing+=("$pkg")
+            || printf '%s\n' "$pkg"
     done
-    if ((${#missing[@]})); then
-        log "installing Debian packages: ${missing[*]}"
+}
+
+install_debian_packages() {
+    local missing=() lean=()
+    mapfile -t missing < <(missing_packages "${APT_PACKAGES[@]}")
+    mapfile -t lean < <(missing_packages "${APT_PACKAGES_NO_RECOMMENDS[@]}")
+    if ((${#missing[@]} + ${#lean[@]})); then
+        log "installing Debian packages: ${missing[*]} ${lean[*]}"
         if [ "$(id -u)" -ne 0 ]; then
             echo "setup: run as root to install Debian packages" >&2
             exit 1
         fi
         apt-get update -qq
+    fi
+    if ((${#missing[@]})); then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    if ((${#lean[@]})); then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+            "${lean[@]}" >/dev/null
     fi
 }
 
@@ -73,7 +91,7 @@ python_environment() {
         log "creating the Python environment (.venv)"
         /usr/bin/python3 -m venv .venv
     fi
-    if ! .venv/bin/python -c "import latlab, numpy, pyarrow, typer, rich, pytest" 2>/dev/null \
+    if ! .venv/bin/python -c "import latlab, numpy, pyarrow, typer, rich, aiohttp, pytest" 2>/dev/null \
         || [ pyproject.toml -nt .venv/.latlab-installed ]; then
         log "installing Python dependencies into .venv"
         .venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'

@@ -44,6 +44,8 @@ class ChildProcess:
     exited: threading.Event
     ready_marker: str = READY_MARKER
     preexec: Callable[[], None] | None = None  # run in the child before exec (sched policy)
+    on_line: Callable[[str], None] | None = None  # called with each stdout line, as read
+    stop_steps: Sequence[tuple[signal.Signals, str, float | None]] = STOP_STEPS
     popen: subprocess.Popen[str] | None = None
     started_ns: int | None = None
     ready_ns: int | None = None
@@ -102,8 +104,10 @@ class ChildProcess:
         except subprocess.TimeoutExpired:
             return None
 
-    def stop(self, steps: Sequence[tuple[signal.Signals, str, float | None]] = STOP_STEPS) -> str:
-        """Stop the process group: SIGINT (gst-launch -e sends EOS), then SIGTERM, SIGKILL."""
+    def stop(self, steps: Sequence[tuple[signal.Signals, str, float | None]] | None = None) -> str:
+        """Stop the process group: by default SIGINT (gst-launch -e sends EOS), then SIGTERM,
+        SIGKILL (``steps``, else the process's ``stop_steps``)."""
+        steps = self.stop_steps if steps is None else steps
         if self.popen is None:
             return self.stopped
         if self.popen.poll() is not None:
@@ -190,6 +194,8 @@ class ChildProcess:
                 if self.ready_ns is None and line.startswith(self.ready_marker):
                     self.ready_ns = time.monotonic_ns()
                     self.state_changed.set()
+                if self.on_line is not None:
+                    self.on_line(line.rstrip("\n"))
                 log.write(line)
                 log.flush()
         self.popen.stdout.close()

@@ -24,6 +24,7 @@ from typing import Any
 from latlab.ingest.trace_format import Kind
 from latlab.ingest.trace_reader import TraceError, open_trace
 from latlab.lab import rundir
+from latlab.lab.browser import BrowserError, BrowserLab, check_browsers
 from latlab.lab.devices import DeviceError, Devices, cleanup_stale_devices
 from latlab.lab.netns import Lab, LabError, cleanup_stale
 from latlab.lab.process import ChildProcess
@@ -116,6 +117,10 @@ def run_scenario(
         tracer_env(out_dir / rundir.TRACES)  # fail early when the plugin is not built
     if shutil.which(GST_LAUNCH) is None:
         raise RunError(f"{GST_LAUNCH} not found on PATH")
+    try:
+        check_browsers(scenario)
+    except BrowserError as exc:
+        raise RunError(str(exc)) from None
     rundir.prepare(out_dir)
     _copy_scenario(scenario, out_dir)
     rundir.write_json(out_dir / "env.json", rundir.environment())
@@ -152,6 +157,7 @@ class _Run:
         self.devices = Devices(scenario.devices, out_dir / rundir.LOGS)
         self.sampler = ResourceSampler(out_dir / RESOURCES_FILE)
         self.sched: dict[str, dict[str, Any]] = {}
+        self.browsers: BrowserLab | None = None
 
     def execute(self) -> RunResult:
         with sigterm_raises():
@@ -160,18 +166,12 @@ class _Run:
                     self.scenario, run_dir=self.out_dir, exited=self.exited
                 ) as lab:
                     self.lab = lab
-                    self.sampler.start()
+                    self.browsers = BrowserLab(self.scenario, lab, self.out_dir, self.exited)
                     try:
-                        self._start_devices()
-                        self._start_all()
-                        self._wait_duration()
-                        self.status = "ok"
-                    finally:
-                        self._sched_at_stop()
-                        self.devices.sample_latency()
-                        self._stop_all()
-                        self._stop_devices()
-                        self.sampler.stop()
+                        with self.browsers:
+                            self._run_processes()
+                    except (BrowserError, LabError) as exc:
+                        raise RunError(str(exc)) from None
                 self._check_media()
             except BaseException as exc:
                 self._record_failure(exc)
@@ -180,6 +180,26 @@ class _Run:
                 self._write_run_json()
         run = self._run_json()
         return RunResult(self.out_dir, rundir.trace_files(self.out_dir), run)
+
+    def _run_processes(self) -> None:
+        """Start devices and processes, run for the duration, stop everything."""
+        self.sampler.start()
+        try:
+            self._start_devices()
+            self._start_all()
+            self._wait_duration()
+            self.status = "ok"
+        finally:
+            self._sched_at_stop()
+            self.devices.sample_latency()
+            if self.browsers is not None:
+                self.browsers.sample_cpu_at_stop(self._browser_children())
+            self._stop_all()
+            self._stop_devices()
+            self.sampler.stop()
+
+    def _browser_children(self) -> dict[str, ChildProcess]:
+        return {proc.name: child for proc, child in self.children if proc.browser}
 
     def _record_failure(self, exc: BaseException) -> None:
         if isinstance(exc, KeyboardInterrupt | Terminated):
@@ -202,9 +222,21 @@ class _Run:
             child.start(self._env(proc, addrs))
             if child.pid is not None:
                 self.sampler.add(proc.name, child.pid)
+            if proc.browser:
+                self._await_call(proc)
+                continue
             self._await_ready(child)
             self._apply_sched(proc, child)
         self.measure_start_ns = time.monotonic_ns()
+
+    def _await_call(self, proc: Process) -> None:
+        """Once both browsers of ``proc``'s call are started, wait until media flows."""
+        assert self.browsers is not None
+        call = self.scenario.call_of(proc.name)
+        started = self._browser_children()
+        if call is None or not all(name in started for name in call.between):
+            return
+        self.browsers.await_call(call, started)
 
     def _start_devices(self) -> None:
         """Start the audio servers inside their hosts, each ready before the processes."""
@@ -227,6 +259,10 @@ class _Run:
 
     def _child(self, proc: Process, addrs: dict[str, str]) -> ChildProcess:
         assert self.lab is not None
+        logs = self.out_dir / rundir.LOGS
+        if proc.browser:
+            assert self.browsers is not None
+            return self.browsers.child(proc, logs)
         try:
             if proc.command:
                 argv = command_argv(self.scenario.resolved_command(proc, addrs))
@@ -234,7 +270,6 @@ class _Run:
                 argv = gst_launch_argv(self.scenario.resolved_pipeline(proc, addrs))
         except RunError as exc:
             raise RunError(f"process '{proc.name}': {exc}") from None
-        logs = self.out_dir / rundir.LOGS
         child = ChildProcess(
             name=proc.name,
             argv=self.lab.exec_argv(proc.host, argv),
@@ -275,6 +310,8 @@ class _Run:
                     self.sched[proc.name]["reset_before_stop"] = reset_other(child.pid)
 
     def _env(self, proc: Process, addrs: dict[str, str]) -> dict[str, str]:
+        if proc.browser:  # no GStreamer in a browser: no tracer
+            return dict(os.environ)
         tracing = tracer_env(self.out_dir / rundir.TRACES, proc.name) if self.trace else {}
         extra = {**self.devices.env_for(proc.host), **self.scenario.resolved_env(proc, addrs)}
         return process_env(dict(os.environ), tracing, extra)
@@ -321,8 +358,19 @@ class _Run:
         self.measure_end_ns = time.monotonic_ns()
         self._check_devices()  # a dead audio server is the cause of its clients' exit
         self._check_links()
-        for _, child in self.children:
+        if self.browsers is not None:
+            try:
+                self.browsers.check_server()
+            except BrowserError as exc:
+                raise RunError(str(exc)) from None
+        for proc, child in self.children:
             if child.eof:
+                if proc.browser:
+                    raise RunError(
+                        f"process '{child.name}' (chromium) exited during the run "
+                        f"(exit code {child.exit_code()}): "
+                        f"{self.browsers.tail(child.name, child) if self.browsers else ''}"
+                    )
                 code = child.exit_code()
                 raise RunError(
                     f"process '{child.name}' exited early (exit code {code}): "
@@ -350,7 +398,7 @@ class _Run:
         if not self.trace:
             return
         for proc, child in self.children:
-            if proc.command or child.pid is None:
+            if proc.command or proc.browser or child.pid is None:
                 continue
             pushed = pushed_buffers(
                 self.out_dir / rundir.TRACES / f"{proc.name}-{child.pid}.lltrace"
@@ -393,6 +441,11 @@ class _Run:
             "hosts": lab["hosts"],
             "links": lab["links"],
             "devices": self.devices.describe(self.out_dir),
+            "pageserver": self.browsers.describe() if self.browsers else None,
+            "calls": [
+                {"name": c.name, "between": list(c.between), "timeout_s": c.timeout_s}
+                for c in self.scenario.calls
+            ],
             "processes": [self._describe(proc, child, origin) for proc, child in self.children],
         }
 
@@ -403,6 +456,11 @@ class _Run:
             "argv": child.argv,
             **child.describe(origin),
             "sched": self.sched.get(proc.name),
+            **(
+                {"browser": self.browsers.describe_browser(proc, child)}
+                if proc.browser and self.browsers
+                else {}
+            ),
             "stdout": str(child.stdout_log.relative_to(self.out_dir)),
             "stderr": str(child.stderr_log.relative_to(self.out_dir)),
         }

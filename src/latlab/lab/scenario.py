@@ -21,6 +21,11 @@ A scenario is a TOML file::
     host = "tx"
     pipeline = "audiotestsrc is-live=true ! ... ! udpsink host=${hosts.rx.addr} port=5004"
 
+A process may instead be a browser (``browser = "chromium"``, optional ``audio_file``
+relative to the scenario file, ``audio_processing``, ``browser_args``); browsers make
+1:1 WebRTC calls, ``[calls.NAME] between = ["caller", "callee"]`` (optional
+``timeout_s``: how long the pages may take to load and connect).
+
 ``pipeline`` and ``env`` values may reference ``${hosts.NAME.addr}`` (the host's address,
 known once the lab is up) and ``${params.NAME}``; ``$${`` stands for a literal ``${``.
 A ``[sweep]`` table (``mode = "product" | "zip"``, ``NAME = [values]``) makes the file
@@ -60,6 +65,7 @@ TOP_KEYS = (
     "processes",
     "sweep",
     "devices",
+    "calls",
 )
 ANALYSIS_KEYS = ("unit_ms", "configured_latency_ms", "period_ms")
 HOST_KEYS: tuple[str, ...] = ()
@@ -87,7 +93,23 @@ CHOICES = {
     "loss_model": ("bernoulli", "gilbert-elliott"),
     "direction": ("forward", "reverse", "both"),
 }
-PROCESS_KEYS = ("host", "pipeline", "env", "command", "sched")
+PROCESS_KEYS = (
+    "host",
+    "pipeline",
+    "env",
+    "command",
+    "sched",
+    "browser",
+    "audio_file",
+    "audio_processing",
+    "browser_args",
+    "webrtc",
+)
+BROWSERS = ("chromium",)
+WEBRTC_PEERS = ("gstreamer",)
+BROWSER_ONLY_KEYS = ("audio_file", "audio_processing", "browser_args")
+CALL_KEYS = ("between", "timeout_s")
+CALL_TIMEOUT_S = 20.0
 HOST_ATTRS = ("addr",)
 DEVICE_KEYS = ("host", "server", "rate", "period_frames", "periods", "channels")
 DEVICE_SERVERS = ("jack", "pulse")
@@ -149,10 +171,13 @@ class Link:
 
 @dataclass(frozen=True)
 class Process:
-    """A gst-launch-1.0 ``pipeline`` or a ``command`` (argv) run on a host.
+    """A gst-launch-1.0 ``pipeline``, a ``command`` (argv) or a ``browser`` run on a host.
 
-    ``pipeline``, ``command`` and ``env`` are unresolved; exactly one of ``pipeline``
-    and ``command`` is set. ``sched`` is the scheduling policy (None: inherited).
+    ``pipeline``, ``command`` and ``env`` are unresolved; exactly one of ``pipeline``,
+    ``command`` and ``browser`` is set. ``sched`` is the scheduling policy (None:
+    inherited). A browser (``"chromium"``) captures ``audio_file`` (an absolute path;
+    None: a test tone latlab generates) with the browser's audio processing on or off
+    (``audio_processing``); ``browser_args`` are extra command-line flags.
     """
 
     name: str
@@ -161,6 +186,29 @@ class Process:
     env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
     command: tuple[str, ...] = ()
     sched: SchedPolicy | None = None
+    browser: str = ""
+    audio_file: str | None = None
+    audio_processing: bool = False
+    browser_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Call:
+    """A 1:1 WebRTC call (``[calls.NAME]``) between two browser processes, media both ways.
+
+    ``caller`` (the first of ``between``) makes the offer. The browsers are ready once
+    both pages said hello and media flows both ways, within ``timeout_s`` of launch.
+    """
+
+    name: str
+    caller: str
+    callee: str
+    timeout_s: float = CALL_TIMEOUT_S
+
+    @property
+    def between(self) -> tuple[str, str]:
+        """The two processes: caller, callee."""
+        return (self.caller, self.callee)
 
 
 @dataclass(frozen=True)
@@ -213,6 +261,11 @@ class Scenario:
     text: str = ""
     sweep: Sweep | None = None
     devices: tuple[Device, ...] = ()
+    calls: tuple[Call, ...] = ()
+
+    def call_of(self, process: str) -> Call | None:
+        """The call a browser process takes part in (None if it is in none)."""
+        return next((c for c in self.calls if process in c.between), None)
 
     def host_names(self) -> list[str]:
         """Host names in file order."""
@@ -345,6 +398,8 @@ class _Parser:
     def __init__(self, source: str, processes_required: bool = True) -> None:
         self.source = source
         self.processes_required = processes_required
+        # relative paths (a browser's audio_file) are relative to the scenario file
+        self.base_dir = Path(source).resolve().parent
 
     def fail(self, where: str, problem: str) -> ScenarioError:
         prefix = f"{self.source}: {where}: " if where else f"{self.source}: "
@@ -398,6 +453,7 @@ class _Parser:
         processes = ()
         if self.processes_required or "processes" in data:
             processes = self.processes(self.required(data, "processes", ""), names, params)
+        calls = self.calls(data.get("calls", {}), processes, links)
         return Scenario(
             name=name,
             duration_s=duration,
@@ -408,6 +464,7 @@ class _Parser:
             params=MappingProxyType(params),
             analysis=analysis,
             devices=devices,
+            calls=calls,
             source=self.source,
             text=text,
         )
@@ -571,6 +628,13 @@ class _Parser:
         self.ident(name, where, ENTITY_RE, ENTITY_RULE)
         table = self.table(value, where, PROCESS_KEYS)
         host = self.host_of(table, where, hosts)
+        if "webrtc" in table:
+            self.webrtc(table["webrtc"], f"{where}.webrtc")
+        if "browser" in table:
+            return self.browser(name, table, where, host)
+        for key in BROWSER_ONLY_KEYS:
+            if key in table:
+                raise self.fail(f"{where}.{key}", "applies only to a browser process")
         if "pipeline" in table and "command" in table:
             raise self.fail(where, "give either 'pipeline' or 'command', not both")
         pipeline, command = "", ()
@@ -592,6 +656,101 @@ class _Parser:
             command=command,
             sched=sched,
         )
+
+    def webrtc(self, value: Any, where: str) -> None:
+        """``webrtc = "gstreamer"``: the webrtcbin peer, reserved for a later step."""
+        peer = self.string(value, where)
+        if peer not in WEBRTC_PEERS:
+            raise self.fail(where, f"unknown peer '{peer}' (peers: {', '.join(WEBRTC_PEERS)})")
+        raise self.fail(where, f"'{peer}' is not yet supported (use browser = \"chromium\")")
+
+    def browser(self, name: str, table: dict[str, Any], where: str, host: str) -> Process:
+        """A ``browser = "chromium"`` process: no pipeline, command, env or sched."""
+        browser = self.string(table["browser"], f"{where}.browser")
+        if browser not in BROWSERS:
+            raise self.fail(
+                f"{where}.browser", f"unknown browser '{browser}' (browsers: {', '.join(BROWSERS)})"
+            )
+        for key in ("pipeline", "command", "env", "sched"):
+            if key in table:
+                raise self.fail(where, f"'{key}' does not apply to a browser process")
+        audio_file = None
+        if "audio_file" in table:
+            text = self.string(table["audio_file"], f"{where}.audio_file")
+            if not text.strip():
+                raise self.fail(f"{where}.audio_file", "is empty")
+            audio_file = str(self.base_dir / text)
+        processing = table.get("audio_processing", False)
+        if not isinstance(processing, bool):
+            raise self.fail(
+                f"{where}.audio_processing", f"must be true or false, not {_kind(processing)}"
+            )
+        args = table.get("browser_args", [])
+        if not isinstance(args, list) or not all(isinstance(a, str) and a for a in args):
+            raise self.fail(
+                f"{where}.browser_args", 'must be an array of flags, e.g. ["--mute-audio"]'
+            )
+        return Process(
+            name=name,
+            host=host,
+            browser=browser,
+            audio_file=audio_file,
+            audio_processing=processing,
+            browser_args=tuple(args),
+        )
+
+    def calls(
+        self, value: Any, processes: tuple[Process, ...], links: tuple[Link, ...]
+    ) -> tuple[Call, ...]:
+        """``[calls.NAME]`` tables; every browser process must be in exactly one call."""
+        table = self.table(value, "calls", tuple(value) if isinstance(value, dict) else ())
+        calls = tuple(self.call(n, item, processes, links) for n, item in table.items())
+        seen: dict[str, str] = {}
+        for call in calls:
+            for proc in call.between:
+                if proc in seen:
+                    raise self.fail(
+                        f"calls.{call.name}.between",
+                        f"process '{proc}' is already in call '{seen[proc]}' (one call each)",
+                    )
+                seen[proc] = call.name
+        for proc in processes:
+            if proc.browser and proc.name not in seen:
+                raise self.fail(
+                    f"processes.{proc.name}",
+                    'a browser must be in a call ([calls.NAME] between = ["a", "b"])',
+                )
+        return calls
+
+    def call(
+        self, name: str, value: Any, processes: tuple[Process, ...], links: tuple[Link, ...]
+    ) -> Call:
+        """One ``[calls.NAME]``: two browser processes on two hosts joined by a link."""
+        where = f"calls.{name}"
+        self.ident(name, where, ENTITY_RE, ENTITY_RULE)
+        table = self.table(value, where, CALL_KEYS)
+        between = self.required(table, "between", where)
+        ok = isinstance(between, list) and len(between) == 2
+        if not ok or not all(isinstance(p, str) for p in between) or between[0] == between[1]:
+            raise self.fail(f"{where}.between", 'must be two process names, e.g. ["alice", "bob"]')
+        by_name = {p.name: p for p in processes}
+        for proc in between:
+            if proc not in by_name:
+                known = ", ".join(by_name) or "none"
+                raise self.fail(
+                    f"{where}.between", f"unknown process '{proc}' (processes: {known})"
+                )
+            if not by_name[proc].browser:
+                raise self.fail(f"{where}.between", f"process '{proc}' is not a browser")
+        hosts = {by_name[between[0]].host, by_name[between[1]].host}
+        if len(hosts) != 2 or not any(set(link.between) == hosts for link in links):
+            raise self.fail(
+                f"{where}.between",
+                f"'{between[0]}' and '{between[1]}' must be on two hosts joined by a [[links]]",
+            )
+        timeout = table.get("timeout_s", CALL_TIMEOUT_S)
+        timeout = self.positive(timeout, f"{where}.timeout_s")
+        return Call(name=name, caller=between[0], callee=between[1], timeout_s=float(timeout))
 
     def command(self, value: Any, where: str, hosts: list[str], params: dict) -> tuple:
         ok = isinstance(value, list) and value and all(isinstance(v, str) for v in value)

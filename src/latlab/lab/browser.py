@@ -1,0 +1,503 @@
+"""Browser peers: the management namespace, the page server, Chromium and call readiness.
+
+A scenario with browser processes gets one more namespace, ``llab-<pid>-_pages`` (a
+host name cannot start with ``_``), running latlab's page and signalling server
+(:mod:`latlab.lab.pageserver`). Each host with a browser is joined to it by its own
+veth, ``ll<pid>m<k>a`` (in the host, ``10.78.<k>.2/30``) to ``ll<pid>m<k>b`` (in the
+server's namespace, ``10.78.<k>.1/30``); the server's namespace does not forward, so
+signalling and records never cross the emulated links, and the page signals only ICE
+candidates of its host's address on the call's link, so media does. Removing the
+namespace removes the veths and the server; the stale cleanup removes leftovers like
+any ``llab-<pid>-*`` namespace.
+
+Each browser is ``/usr/lib/chromium/chromium`` (headless) started in its host's
+namespace, with its own profile directory ``browsers/profiles/NAME`` and the fake audio
+capture device reading a WAV file. It is ready when its page said hello, its peer
+connection is connected and frames passed its sender and receiver transforms, as the
+page server reports.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlencode
+
+from latlab.lab.netns import Lab, LabError, delete_namespace, ip, namespace_name
+from latlab.lab.process import ChildProcess
+from latlab.lab.scenario import Call, Process, Scenario
+from latlab.lab.signals import signals_deferred
+
+CHROMIUM = Path("/usr/lib/chromium/chromium")  # the /usr/bin wrapper misbehaves here
+CHROMIUM_FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--no-first-run",
+    "--no-default-browser-check",
+    "--disable-gpu",
+    "--use-fake-device-for-media-stream",
+    "--use-fake-ui-for-media-stream",
+    "--autoplay-policy=no-user-gesture-required",
+    "--enable-logging=stderr",
+    "--v=0",
+)
+BROWSERS_DIR = "browsers"
+PROFILES_DIR = "profiles"
+DEFAULT_AUDIO = "tone-440hz.wav"
+PAGES_HOST = "_pages"
+SUBNET_BASE = "10.78"
+PORT = 8080
+SERVER_READY_TIMEOUT_S = 10.0
+POLL_S = 0.1
+NEVER = "\0"  # a browser prints no readiness line: the page server reports it
+STOP_STEPS: tuple[tuple[signal.Signals, str, float | None], ...] = (
+    (signal.SIGTERM, "sigterm", 3.0),
+    (signal.SIGKILL, "sigkill", None),
+)
+# Chromium's stderr lines that say nothing about a failure (no D-Bus, no sound card).
+_NOISE = ("dbus/", "D-Bus", "ALSA", "alsa_", "Fontconfig", "gpu_init", "viz_main", "sandbox",
+          "idle_linux")  # fmt: skip
+_LINE_MAX = 160
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class BrowserError(RuntimeError):
+    """A browser or the page server failed; ``str()`` is one line naming it."""
+
+
+def pages_namespace(pid: int) -> str:
+    """Name of the page server's namespace owned by process ``pid``."""
+    return namespace_name(pid, PAGES_HOST)
+
+
+def pages_veths(pid: int, index: int) -> tuple[str, str]:
+    """Veth ends joining host ``index`` (host side, server side)."""
+    return (f"ll{pid}m{index}a", f"ll{pid}m{index}b")
+
+
+def generate_tone(path: Path, seconds: int = 10) -> Path:
+    """A 440 Hz sine, 48 kHz mono S16LE WAV (Chromium loops it); BrowserError on failure."""
+    argv = ["gst-launch-1.0", "-q", "audiotestsrc", f"num-buffers={seconds * 100}",
+            "samplesperbuffer=480", "wave=sine", "freq=440", "volume=0.3", "!",
+            "audio/x-raw,rate=48000,channels=1,format=S16LE", "!", "wavenc", "!",
+            "filesink", f"location={path}"]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0 or not path.is_file():
+        raise BrowserError(f"cannot generate the test tone {path}: {result.stderr.strip()}")
+    return path
+
+
+def check_browsers(scenario: Scenario) -> None:
+    """BrowserError for what can be checked before anything starts: binary, audio files."""
+    browsers = [p for p in scenario.processes if p.browser]
+    if browsers and not os.access(CHROMIUM, os.X_OK):
+        raise BrowserError(f"{CHROMIUM} not found: run bash scripts/setup.sh")
+    for proc in browsers:
+        if proc.audio_file is None:
+            continue
+        try:
+            with open(proc.audio_file, "rb") as wav:
+                riff = wav.read(12)
+        except OSError as exc:
+            raise BrowserError(
+                f"process '{proc.name}': audio_file {proc.audio_file}: {exc.strerror}"
+            ) from None
+        if riff[:4] != b"RIFF" or riff[8:12] != b"WAVE":
+            raise BrowserError(
+                f"process '{proc.name}': audio_file {proc.audio_file}: not a WAV file "
+                "(Chromium's fake capture device reads WAV)"
+            )
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU time (user + system, s) of ``pid`` and all its descendants alive now."""
+    parents: dict[int, int] = {}
+    times: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = int(fields[11]) + int(fields[12])
+    tree, frontier = {pid}, [pid]
+    while frontier:
+        parent = frontier.pop()
+        children = [p for p, pp in parents.items() if pp == parent and p not in tree]
+        tree.update(children)
+        frontier += children
+    return sum(times.get(p, 0) for p in tree) / _CLK_TCK
+
+
+@dataclass
+class PeerState:
+    """What the page server reported about one page."""
+
+    hello_ns: int | None = None
+    states: dict[str, str] = field(default_factory=dict)
+    frame_sides: set[str] = field(default_factory=set)
+    media_ns: int | None = None
+    closed: bool = False
+
+    @property
+    def media_flows(self) -> bool:
+        """Connected, and frames passed both transforms."""
+        return self.states.get("connection") == "connected" and {"send", "recv"} <= self.frame_sides
+
+
+class PeerTracker:
+    """Collects the page server's ``event`` lines; waits for conditions on them."""
+
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.peers: dict[str, PeerState] = {}
+
+    def on_line(self, line: str) -> None:
+        """One stdout line of the page server."""
+        words = line.split(" ", 3)
+        if len(words) < 3 or words[0] != "event":
+            return
+        now = time.monotonic_ns()
+        with self.cond:
+            peer = self.peers.setdefault(words[1], PeerState())
+            if words[2] == "hello" and peer.hello_ns is None:
+                peer.hello_ns = now
+            elif words[2] == "state" and len(words) == 4:
+                what, _, value = words[3].partition(" ")
+                peer.states[what] = value
+            elif words[2] == "frame" and len(words) == 4:
+                peer.frame_sides.add(words[3])
+            elif words[2] == "closed":
+                peer.closed = True
+            if peer.media_ns is None and peer.media_flows:
+                peer.media_ns = now
+            self.cond.notify_all()
+
+    def state(self, name: str) -> PeerState:
+        """The state of page ``name`` (empty before its first event)."""
+        with self.cond:
+            return self.peers.setdefault(name, PeerState())
+
+    def wait(self, done: Callable[[], bool], deadline: float, abort: Callable[[], None]) -> bool:
+        """Wait until ``done()`` or the monotonic ``deadline``; ``abort()`` may raise."""
+        with self.cond:
+            while not done():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self.cond.wait(min(remaining, POLL_S))
+                abort()
+        return True
+
+
+class BrowserLab:
+    """The page server's namespace and process for a scenario's browsers (if it has any).
+
+    Use as a context manager inside the :class:`~latlab.lab.netns.Lab`; leaving it stops
+    the server and removes its namespace (also at interpreter exit as a last resort).
+    """
+
+    def __init__(
+        self, scenario: Scenario, lab: Lab, run_dir: Path, exited: threading.Event
+    ) -> None:
+        self.scenario = scenario
+        self.lab = lab
+        self.run_dir = run_dir
+        self.exited = exited
+        self.browsers = [p for p in scenario.processes if p.browser]
+        self.hosts = list(dict.fromkeys(p.host for p in self.browsers))
+        self.namespace = pages_namespace(lab.pid)
+        self.tracker = PeerTracker()
+        self.server: ChildProcess | None = None
+        self.default_audio: Path | None = None
+        self._created = False
+        self.cpu_at_ready: dict[str, float] = {}
+        self.cpu_at_stop: dict[str, float] = {}
+
+    @property
+    def active(self) -> bool:
+        """Whether the scenario has browsers."""
+        return bool(self.browsers)
+
+    def __enter__(self) -> BrowserLab:
+        if not self.active:
+            return self
+        atexit.register(self.down)
+        try:
+            self.records_dir.mkdir(parents=True, exist_ok=True)
+            if any(p.audio_file is None for p in self.browsers):
+                self.default_audio = generate_tone(self.records_dir / DEFAULT_AUDIO)
+            self._network()
+            self._start_server()
+        except BaseException:
+            self.down()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.down()
+
+    @property
+    def records_dir(self) -> Path:
+        """``<run dir>/browsers``."""
+        return self.run_dir / BROWSERS_DIR
+
+    def down(self) -> None:
+        """Stop the page server and remove its namespace (with the veths)."""
+        with signals_deferred():
+            if self.server is not None:
+                self.server.stop()
+            if self._created:
+                with contextlib.suppress(LabError):
+                    delete_namespace(self.namespace)
+                self._created = False
+            atexit.unregister(self.down)
+
+    def _network(self) -> None:
+        ip("netns", "add", self.namespace)
+        self._created = True
+        ip("-n", self.namespace, "link", "set", "lo", "up")
+        for k, host in enumerate(self.hosts):
+            host_end, server_end = pages_veths(self.lab.pid, k)
+            host_ns = self.lab.namespace(host)
+            ip("link", "add", "name", host_end, "netns", host_ns, "type", "veth",
+               "peer", "name", server_end, "netns", self.namespace)  # fmt: skip
+            for ns, dev, addr in ((host_ns, host_end, 2), (self.namespace, server_end, 1)):
+                ip("-n", ns, "addr", "add", f"{SUBNET_BASE}.{k}.{addr}/30", "dev", dev)
+                ip("-n", ns, "link", "set", dev, "up")
+
+    def _start_server(self) -> None:
+        logs = self.run_dir / "logs"
+        peers = [arg for p in self.browsers for arg in ("--peer", p.name)]
+        argv = [sys.executable, "-m", "latlab.lab.pageserver", "--port", str(PORT),
+                "--out", str(self.records_dir), *peers]  # fmt: skip
+        self.server = ChildProcess(
+            name="pageserver",
+            argv=["ip", "netns", "exec", self.namespace, *argv],
+            stdout_log=logs / "pageserver.stdout",
+            stderr_log=logs / "pageserver.stderr",
+            exited=self.exited,
+            ready_marker="ready",
+            on_line=self.tracker.on_line,
+            stop_steps=STOP_STEPS,
+        )
+        self.server.start(os.environ)
+        if not self.server.wait_ready(SERVER_READY_TIMEOUT_S):
+            raise BrowserError(f"page server not ready: {self.server.stderr_summary()}")
+
+    def server_url(self, host: str) -> str:
+        """The page server's origin as seen from ``host``."""
+        return f"http://{SUBNET_BASE}.{self.hosts.index(host)}.1:{PORT}"
+
+    def link_addr(self, proc: Process) -> str:
+        """``proc``'s host address on the link joining it to its call peer."""
+        call = self.scenario.call_of(proc.name)
+        assert call is not None
+        other = self.scenario.process(call.callee if proc.name == call.caller else call.caller)
+        for link in self.lab.links:
+            if {link.a, link.b} == {proc.host, other.host}:
+                return link.addr_a if proc.host == link.a else link.addr_b
+        raise BrowserError(f"process '{proc.name}': no link to '{other.name}'")
+
+    def page_url(self, proc: Process) -> str:
+        """The page URL for ``proc``: its name, its peer, its role, what to signal."""
+        call = self.scenario.call_of(proc.name)
+        assert call is not None
+        caller = proc.name == call.caller
+        query = {
+            "id": proc.name,
+            "peer": call.callee if caller else call.caller,
+            "role": "caller" if caller else "callee",
+            "apm": "1" if proc.audio_processing else "0",
+            "ice": self.link_addr(proc),
+        }
+        return f"{self.server_url(proc.host)}/?{urlencode(query)}"
+
+    def audio_file(self, proc: Process) -> Path:
+        """The WAV file ``proc`` captures."""
+        if proc.audio_file is not None:
+            return Path(proc.audio_file)
+        assert self.default_audio is not None
+        return self.default_audio
+
+    def argv(self, proc: Process) -> list[str]:
+        """Chromium's argv for ``proc`` (to run inside its host's namespace)."""
+        profile = self.records_dir / PROFILES_DIR / proc.name
+        profile.mkdir(parents=True, exist_ok=True)
+        return [
+            str(CHROMIUM),
+            *CHROMIUM_FLAGS,
+            f"--use-file-for-fake-audio-capture={self.audio_file(proc)}",
+            f"--unsafely-treat-insecure-origin-as-secure={self.server_url(proc.host)}",
+            f"--user-data-dir={profile}",
+            *proc.browser_args,
+            self.page_url(proc),
+        ]
+
+    def child(self, proc: Process, logs: Path) -> ChildProcess:
+        """The (not yet started) browser process for ``proc``."""
+        return ChildProcess(
+            name=proc.name,
+            argv=self.lab.exec_argv(proc.host, self.argv(proc)),
+            stdout_log=logs / f"{proc.name}.stdout",
+            stderr_log=logs / f"{proc.name}.stderr",
+            exited=self.exited,
+            ready_marker=NEVER,
+            stop_steps=STOP_STEPS,
+        )
+
+    def check_server(self) -> None:
+        """BrowserError if the page server has exited."""
+        if self.server is not None and self.server.eof:
+            code = self.server.exit_code()
+            raise BrowserError(
+                f"page server exited (exit code {code}): {self.server.stderr_summary()}"
+            )
+
+    def await_call(self, call: Call, children: Mapping[str, ChildProcess]) -> None:
+        """Wait until both pages said hello and media flows; BrowserError naming the one
+        that did not, within the call's ``timeout_s`` of the later launch."""
+        started = max(children[n].started_ns or 0 for n in call.between)
+        deadline = time.monotonic() + call.timeout_s - (time.monotonic_ns() - started) / 1e9
+
+        def abort() -> None:
+            self.check_server()
+            for name in call.between:
+                child = children[name]
+                if child.eof or (child.popen is not None and child.popen.poll() is not None):
+                    code = child.exit_code()
+                    raise BrowserError(
+                        f"process '{name}' (chromium) exited during start-up "
+                        f"(exit code {code}): {self.tail(name, child)}"
+                    )
+
+        for name in call.between:
+            peer = self.tracker.state(name)
+            if not self.tracker.wait(lambda p=peer: p.hello_ns is not None, deadline, abort):
+                raise BrowserError(
+                    f"process '{name}' (chromium): the page did not say hello within "
+                    f"{call.timeout_s:g} s: {self.tail(name, children[name])}"
+                )
+        for name in call.between:
+            peer = self.tracker.state(name)
+            if not self.tracker.wait(lambda p=peer: p.media_ns is not None, deadline, abort):
+                raise BrowserError(
+                    f"process '{name}' (chromium): call '{call.name}': media did not flow "
+                    f"within {call.timeout_s:g} s ({self._progress(peer)}): "
+                    f"{self.tail(name, children[name])}"
+                )
+        for name in call.between:
+            children[name].ready_ns = self.tracker.state(name).media_ns
+            pid = children[name].pid
+            self.cpu_at_ready[name] = tree_cpu_s(pid) if pid else 0.0
+
+    @staticmethod
+    def _progress(peer: PeerState) -> str:
+        ice = peer.states.get("ice", "new")
+        connection = peer.states.get("connection", "new")
+        sides = "+".join(sorted(peer.frame_sides)) or "none"
+        return f"ICE {ice}, connection {connection}, frames at: {sides}"
+
+    def tail(self, name: str, child: ChildProcess, limit: int = 2) -> str:
+        """The page's last console lines and Chromium's last meaningful stderr lines."""
+        parts = []
+        console = self._console(name)[-limit:]
+        if console:
+            parts.append("console: " + " | ".join(console))
+        try:
+            text = child.stderr_log.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""
+        lines = [s.strip() for s in text.splitlines() if s.strip()]
+        lines = [s for s in lines if not any(n in s for n in _NOISE)][-limit:]
+        if lines:
+            parts.append("stderr: " + " | ".join(s[:_LINE_MAX] for s in lines))
+        return "; ".join(parts) or "(no console output, nothing on stderr)"
+
+    def _console(self, name: str) -> list[str]:
+        path = self.records_dir / f"{name}.jsonl"
+        try:
+            lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            return []
+        out = []
+        for line in lines:
+            if '"type":"console"' in line:
+                with contextlib.suppress(ValueError):
+                    record = json.loads(line)
+                    out.append(f"{record.get('level')}: {str(record.get('text'))[:_LINE_MAX]}")
+        return out
+
+    def describe_browser(self, proc: Process, child: ChildProcess) -> dict[str, Any]:
+        """The browser's part of its run.json process entry."""
+        peer = self.tracker.state(proc.name)
+        origin = child.started_ns or 0
+
+        def since(ns: int | None) -> float | None:
+            return None if ns is None or not origin else round((ns - origin) / 1e9, 6)
+
+        return {
+            "browser": proc.browser,
+            "binary": str(CHROMIUM),
+            "url": self.page_url(proc),
+            "audio_file": str(self.audio_file(proc)) if self.default_audio or proc.audio_file
+            else None,
+            "audio_processing": proc.audio_processing,
+            "user_data_dir": str((self.records_dir / PROFILES_DIR / proc.name)
+                                 .relative_to(self.run_dir)),
+            "records": f"{BROWSERS_DIR}/{proc.name}.jsonl",
+            "call": (call.name if (call := self.scenario.call_of(proc.name)) else None),
+            "hello_s": since(peer.hello_ns),
+            "media_s": since(peer.media_ns),
+            "states": dict(peer.states),
+            "cpu_at_ready_s": self.cpu_at_ready.get(proc.name),
+            "cpu_s": self.cpu_at_stop.get(proc.name),
+        }  # fmt: skip
+
+    def sample_cpu_at_stop(self, children: Mapping[str, ChildProcess]) -> None:
+        """CPU time of each browser's process tree, just before stopping."""
+        self.cpu_at_stop = {
+            name: tree_cpu_s(child.pid)
+            for name, child in children.items()
+            if child.pid is not None and child.popen is not None and child.popen.poll() is None
+        }
+
+    def describe(self) -> dict[str, Any] | None:
+        """The page server for run.json (None without browsers)."""
+        if not self.active:
+            return None
+        server = self.server
+        return {
+            "namespace": self.namespace,
+            "port": PORT,
+            "hosts": {h: {"server": self.server_url(h), "interfaces": list(
+                pages_veths(self.lab.pid, k)), "addr": f"{SUBNET_BASE}.{k}.2"}
+                for k, h in enumerate(self.hosts)},
+            "argv": server.argv if server else None,
+            "pid": server.pid if server else None,
+            "stopped": server.stopped if server else "not-started",
+            "exit_code": server.popen.returncode if server and server.popen else None,
+            "stdout": "logs/pageserver.stdout",
+            "stderr": "logs/pageserver.stderr",
+            "default_audio": (f"{BROWSERS_DIR}/{DEFAULT_AUDIO}" if self.default_audio else None),
+        }  # fmt: skip
