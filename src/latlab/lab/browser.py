@@ -67,8 +67,8 @@ STOP_STEPS: tuple[tuple[signal.Signals, str, float | None], ...] = (
     (signal.SIGKILL, "sigkill", None),
 )
 # Chromium's stderr lines that say nothing about a failure (no D-Bus, no sound card).
-_NOISE = ("dbus/", "D-Bus", "ALSA", "alsa_", "Fontconfig", "gpu_init", "viz_main", "sandbox",
-          "idle_linux")  # fmt: skip
+_NOISE = (":INFO:", "dbus/", "D-Bus", "ALSA", "alsa_", "Fontconfig", "gpu_init", "viz_main",
+          "sandbox", "idle_linux")  # fmt: skip
 _LINE_MAX = 160
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -481,6 +481,8 @@ class BrowserLab:
             for name, child in children.items()
             if child.pid is not None and child.popen is not None and child.popen.poll() is None
         }
+        if self.server is not None and self.server.pid is not None:
+            self.cpu_at_stop[""] = tree_cpu_s(self.server.pid)
 
     def describe(self) -> dict[str, Any] | None:
         """The page server for run.json (None without browsers)."""
@@ -496,6 +498,7 @@ class BrowserLab:
             "argv": server.argv if server else None,
             "pid": server.pid if server else None,
             "stopped": server.stopped if server else "not-started",
+            "cpu_s": self.cpu_at_stop.get(""),
             "exit_code": server.popen.returncode if server and server.popen else None,
             "stdout": "logs/pageserver.stdout",
             "stderr": "logs/pageserver.stderr",

@@ -1,5 +1,9 @@
 """Run a scenario: bring up the lab, start each pipeline in order, wait, stop, tear down.
 
+Browser processes (``browser = "chromium"``) are started through
+:class:`latlab.lab.browser.BrowserLab`: not traced, ready once their call's media flows
+both ways, stopped with SIGTERM then SIGKILL.
+
 Each process runs ``gst-launch-1.0 -e <pipeline words>`` inside its host's namespace, in
 its own session, with the latlab tracer loaded (``trace=True``). A process is ready when
 gst-launch prints ``New clock:`` (the pipeline is going to PLAYING); the next one starts
@@ -108,7 +112,9 @@ def run_scenario(
     """Run ``scenario`` and write its run directory ``out_dir`` (see docs/run-dir.md).
 
     Raises RunError when a process fails to start, is not ready within 10 s, exits
-    early, or (traced) let no buffer through during the whole run; TracerNotBuilt when
+    early, or (traced) let no buffer through during the whole run; for browsers, when an
+    audio file is missing, a page does not say hello or media does not flow within the
+    call's ``timeout_s``, or a browser exits during the run; TracerNotBuilt when
     ``trace`` is set and the tracer plugin is missing;
     KeyboardInterrupt / Terminated (SystemExit 143) on Ctrl-C / SIGTERM, after cleanup.
     """
@@ -117,10 +123,6 @@ def run_scenario(
         tracer_env(out_dir / rundir.TRACES)  # fail early when the plugin is not built
     if shutil.which(GST_LAUNCH) is None:
         raise RunError(f"{GST_LAUNCH} not found on PATH")
-    try:
-        check_browsers(scenario)
-    except BrowserError as exc:
-        raise RunError(str(exc)) from None
     rundir.prepare(out_dir)
     _copy_scenario(scenario, out_dir)
     rundir.write_json(out_dir / "env.json", rundir.environment())
@@ -162,6 +164,10 @@ class _Run:
     def execute(self) -> RunResult:
         with sigterm_raises():
             try:
+                try:
+                    check_browsers(self.scenario)  # before anything starts
+                except BrowserError as exc:
+                    raise RunError(str(exc)) from None
                 with Lab.from_scenario(
                     self.scenario, run_dir=self.out_dir, exited=self.exited
                 ) as lab:

@@ -93,18 +93,8 @@ CHOICES = {
     "loss_model": ("bernoulli", "gilbert-elliott"),
     "direction": ("forward", "reverse", "both"),
 }
-PROCESS_KEYS = (
-    "host",
-    "pipeline",
-    "env",
-    "command",
-    "sched",
-    "browser",
-    "audio_file",
-    "audio_processing",
-    "browser_args",
-    "webrtc",
-)
+PROCESS_KEYS = ("host", "pipeline", "env", "command", "sched")
+BROWSER_KEYS = ("host", "browser", "audio_file", "audio_processing", "browser_args")
 BROWSERS = ("chromium",)
 WEBRTC_PEERS = ("gstreamer",)
 BROWSER_ONLY_KEYS = ("audio_file", "audio_processing", "browser_args")
@@ -626,7 +616,16 @@ class _Parser:
     def process(self, name: str, value: Any, hosts: list[str], params: dict) -> Process:
         where = f"processes.{name}"
         self.ident(name, where, ENTITY_RE, ENTITY_RULE)
-        table = self.table(value, where, PROCESS_KEYS)
+        if isinstance(value, dict):
+            known = set(PROCESS_KEYS) | set(BROWSER_KEYS) | {"webrtc"}
+            for key in value:
+                if key not in known:
+                    raise self.fail(
+                        where,
+                        f"unknown key '{key}' (known: {', '.join(PROCESS_KEYS)}) or, for a "
+                        f"browser: {', '.join(BROWSER_KEYS)}",
+                    )
+        table = self.table(value, where, (*PROCESS_KEYS, *BROWSER_KEYS, "webrtc"))
         host = self.host_of(table, where, hosts)
         if "webrtc" in table:
             self.webrtc(table["webrtc"], f"{where}.webrtc")
