@@ -99,6 +99,17 @@ def generate_tone(path: Path, seconds: int = 10) -> Path:
     return path
 
 
+def chromium_version() -> str | None:
+    """``chromium --version``'s line, e.g. ``Chromium 156.0.8078.79`` (None if it fails)."""
+    try:
+        result = subprocess.run(
+            [str(CHROMIUM), "--version"], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() or None
+
+
 def check_browsers(scenario: Scenario) -> None:
     """BrowserError for what can be checked before anything starts: binary, audio files."""
     browsers = [p for p in scenario.processes if p.browser]
@@ -228,6 +239,7 @@ class BrowserLab:
         self._created = False
         self.cpu_at_ready: dict[str, float] = {}
         self.cpu_at_stop: dict[str, float] = {}
+        self.version: str | None = None
 
     @property
     def active(self) -> bool:
@@ -240,6 +252,7 @@ class BrowserLab:
         atexit.register(self.down)
         try:
             self.records_dir.mkdir(parents=True, exist_ok=True)
+            self.version = chromium_version()
             if any(p.audio_file is None for p in self.browsers):
                 self.default_audio = generate_tone(self.records_dir / DEFAULT_AUDIO)
             self._network()
@@ -459,6 +472,7 @@ class BrowserLab:
         return {
             "browser": proc.browser,
             "binary": str(CHROMIUM),
+            "version": self.version,
             "url": self.page_url(proc),
             "audio_file": str(self.audio_file(proc)) if self.default_audio or proc.audio_file
             else None,

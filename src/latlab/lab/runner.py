@@ -1,14 +1,14 @@
 """Run a scenario: bring up the lab, start each pipeline in order, wait, stop, tear down.
 
-Browser processes (``browser = "chromium"``) are started through
-:class:`latlab.lab.browser.BrowserLab`: not traced, ready once their call's media flows
-both ways, stopped with SIGTERM then SIGKILL.
-
 Each process runs ``gst-launch-1.0 -e <pipeline words>`` inside its host's namespace, in
 its own session, with the latlab tracer loaded (``trace=True``). A process is ready when
 gst-launch prints ``New clock:`` (the pipeline is going to PLAYING); the next one starts
 only then. Processes stop in reverse start order: SIGINT (gst-launch sends EOS and waits
 for it), then SIGTERM, then SIGKILL to the process group. The lab is always torn down.
+
+Browser processes (``browser = "chromium"``) are started through
+:class:`latlab.lab.browser.BrowserLab`: not traced, ready once their call's media flows
+both ways, stopped with SIGTERM then SIGKILL.
 """
 
 from __future__ import annotations
