@@ -59,6 +59,7 @@ DEFAULT_AUDIO = "tone-440hz.wav"
 PAGES_HOST = "_pages"
 SUBNET_BASE = "10.78"
 PORT = 8080
+MGMT_TABLE = 78  # routing table of the management address in each host
 SERVER_READY_TIMEOUT_S = 10.0
 POLL_S = 0.1
 NEVER = "\0"  # a browser prints no readiness line: the page server reports it
@@ -298,6 +299,20 @@ class BrowserLab:
             for ns, dev, addr in ((host_ns, host_end, 2), (self.namespace, server_end, 1)):
                 ip("-n", ns, "addr", "add", f"{SUBNET_BASE}.{k}.{addr}/30", "dev", dev)
                 ip("-n", ns, "link", "set", dev, "up")
+            self._confine(host_ns, host_end, k)
+
+    @staticmethod
+    def _confine(host_ns: str, dev: str, k: int) -> None:
+        """Packets from the host's management address reach the server and nothing else.
+
+        Chromium pairs its management-address candidate with the peer's link candidates
+        even though that candidate is never signalled; without this rule, those
+        connectivity checks would leave through the link under test.
+        """
+        table = str(MGMT_TABLE)
+        ip("-n", host_ns, "route", "add", f"{SUBNET_BASE}.{k}.0/30", "dev", dev, "table", table)
+        ip("-n", host_ns, "route", "add", "unreachable", "default", "table", table)
+        ip("-n", host_ns, "rule", "add", "from", f"{SUBNET_BASE}.{k}.2", "lookup", table)
 
     def _start_server(self) -> None:
         logs = self.run_dir / "logs"
