@@ -5,6 +5,7 @@ Real Chromium in network namespaces (root), the real page server and link emulat
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from latlab.ingest.link_log import read_link_log
 from latlab.lab.browser import CHROMIUM
 from latlab.lab.netns import list_namespaces
 from latlab.lab.runner import RunError, run_scenario
@@ -119,6 +121,11 @@ def test_call_records_both_sides_both_directions(tmp_path: Path) -> None:
         # media took the 20 ms link, not the management veth
         delay = np.median([received[k] - sent[k] for k in common])
         assert 20.0 <= delay < 30.0, delay
+
+    # nothing from the management addresses (10.78.x.x) crossed the link
+    log = read_link_log(out / "links/a-b.lllink")
+    sources = {ipaddress.IPv4Address(int(ip)) for ip in np.unique(log["src_ip"]) if ip}
+    assert sources and not [a for a in sources if a in ipaddress.ip_network("10.78.0.0/16")]
 
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "ok"

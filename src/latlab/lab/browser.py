@@ -4,9 +4,10 @@ A scenario with browser processes gets one more namespace, ``llab-<pid>-_pages``
 host name cannot start with ``_``), running latlab's page and signalling server
 (:mod:`latlab.lab.pageserver`). Each host with a browser is joined to it by its own
 veth, ``ll<pid>m<k>a`` (in the host, ``10.78.<k>.2/30``) to ``ll<pid>m<k>b`` (in the
-server's namespace, ``10.78.<k>.1/30``); the server's namespace does not forward, so
-signalling and records never cross the emulated links, and the page signals only ICE
-candidates of its host's address on the call's link, so media does. Removing the
+server's namespace, ``10.78.<k>.1/30``); the server's namespace does not forward and
+the management address routes only to the server (routing table 78), so signalling and
+records never cross the emulated links, and the page signals only ICE candidates of
+its host's address on the call's link, so media does. Removing the
 namespace removes the veths and the server; the stale cleanup removes leftovers like
 any ``llab-<pid>-*`` namespace.
 
