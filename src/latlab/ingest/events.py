@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from latlab.ingest.link_events import merge_link_logs, read_link_logs
 from latlab.ingest.link_log import LinkLog
 from latlab.ingest.pes import PES_KIND, PesTable, empty_pes_table, pes_table
-from latlab.ingest.trace_format import EventFlag, Kind, PadFlag
+from latlab.ingest.trace_format import EVENT_DTYPE, EventFlag, Kind, PadFlag
 from latlab.ingest.trace_reader import (
     ClockRecord,
     PadInfo,
@@ -171,6 +171,11 @@ class EventTable:
     @property
     def columns(self) -> dict[str, np.ndarray]:
         """All events, every process, as one set of columns (copies)."""
+        if not self.parts:  # a run of browsers only: no trace, no link log
+            empty = ProcessColumns(
+                np.empty(0, EVENT_DTYPE), 0, np.zeros(0, np.int64), np.zeros(1, np.int32)
+            )
+            return {c: empty[c] for c in COLUMNS}
         return {c: np.concatenate([part[c] for part in self.parts]) for c in COLUMNS}
 
     def to_arrow(self) -> pa.Table:

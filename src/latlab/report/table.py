@@ -121,7 +121,7 @@ def interval_table(intervals: dict[str, Any]) -> Table:
         if name in intervals:
             f = intervals[name]
             cells = [_ms(f[k]) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms")]
-            table.add_row(label, str(f["count"]), *cells)
+            table.add_row(label, str(int(f["count"])), *cells)
     return table
 
 
