@@ -33,6 +33,8 @@ RATIOS = {
         "jitterBufferEmittedCount",
         1000.0,
     ),
+    # receipt of a sample's first packet -> decoded; it includes the jitter buffer wait
+    "processing": ("inbound-rtp", "totalProcessingDelay", "jitterBufferEmittedCount", 1000.0),
     "playout": ("media-playout", "totalPlayoutDelay", "totalSamplesCount", 1000.0),
     "pacer": ("outbound-rtp", "totalPacketSendDelay", "packetsSent", 1000.0),
 }

@@ -100,6 +100,7 @@ INTERVAL_LABELS = {
     "jitter_buffer": "jitter buffer",
     "jitter_buffer_target": "jitter buffer target",
     "jitter_buffer_minimum": "jitter buffer minimum",
+    "processing": "receipt -> decoded (incl. jitter buffer)",
     "playout": "playout",
     "concealed_pct": "concealed samples %",
     "capture_to_playout": "capture -> playout (abs-capture-time)",
