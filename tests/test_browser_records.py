@@ -160,3 +160,19 @@ def test_damaged_lines_are_reported_and_a_log_without_clock_is_an_error(tmp_path
     assert read_browser_log(good).problems == [
         f"line {len(good.read_text().splitlines())} is not JSON (skipped)"
     ]
+
+
+def test_adaptation_settles_when_the_target_reaches_its_new_level() -> None:
+    """A target of 20 ms that climbs to 100 ms in 0.8 s after a link change at t = 4 s."""
+    from latlab.analysis.browser_adaptation import adaptation
+
+    t = (np.arange(1, 50) * 0.2e9).astype(np.int64)  # intervals ending every 200 ms
+    target = np.where(t <= 4e9, 20.0, np.minimum(20.0 + (t - 4e9) / 0.8e9 * 80.0, 100.0))
+    steps = [
+        {"t_ns": 4_000_000_000, "at_s": 4.0, "link": "a-b", "set": {"jitter_ms": 30}},
+        {"t_ns": 8_000_000_000, "at_s": 8.0, "link": "a-b", "set": {"jitter_ms": 0}},
+    ]
+    first, second = adaptation({"t_ns": t, "target_ms": target}, steps)
+    assert (first["target_before_ms"], first["target_after_ms"]) == (20.0, 100.0)
+    assert first["settled_s"] == pytest.approx(0.8)  # within 10 % of the move from 0.8 s on
+    assert not second["changed"] and second["settled_s"] is None

@@ -56,7 +56,7 @@ def analyze_run(
     link_logs = read_link_logs(run_dir)
     browsers = read_browser_logs(run_dir)
     table = load_run(run_dir, link_logs, allow_no_traces=bool(browsers))
-    streams = analyze(table, unit, meta, browsers)
+    streams = analyze(table, unit, meta, browsers, link_logs)
     summary = build_summary(meta, table, streams)
     resources = summarize_resources(
         run_dir / RESOURCES_FILE,

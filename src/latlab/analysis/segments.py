@@ -14,11 +14,13 @@ from typing import Any
 
 import numpy as np
 
+from latlab.analysis.browser_adaptation import adaptation, schedule_steps, timeline
 from latlab.analysis.browser_intervals import interval_figures
 from latlab.analysis.phases import phase_bounds
 from latlab.analysis.stats import Samples
 from latlab.ingest.browser_records import BrowserLog
 from latlab.ingest.events import EventTable
+from latlab.ingest.link_log import LinkLog
 from latlab.ingest.workers import in_background, parallel_map
 from latlab.stitch.browser import browser_journeys
 from latlab.stitch.devices import add_device_playout
@@ -51,6 +53,8 @@ class StreamAnalysis:
     handoffs: dict[str, float | int | list]
     phases: dict[str, SegmentStats] = field(default_factory=dict)
     intervals: dict[str, Any] = field(default_factory=dict)  # browser stages per stats interval
+    timeline: dict[str, np.ndarray] = field(default_factory=dict)  # per stats interval
+    adaptation: list[dict[str, Any]] = field(default_factory=list)  # per link schedule change
 
 
 def analyze(
@@ -58,12 +62,14 @@ def analyze(
     unit_ms: float = 10.0,
     run: dict | None = None,
     browsers: Sequence[BrowserLog] = (),
+    links: Sequence[LinkLog] = (),
 ) -> list[StreamAnalysis]:
     """Stitch journeys and compute the statistics of every stream of a run.
 
     ``run`` (run.json) adds device playout probes where a path ends in an audio device;
     ``browsers`` are the run's browser records: one stream per direction and SSRC, with
-    the browser's own stages per stats interval.
+    the browser's own stages per stats interval and, against the changes in ``links``'
+    schedules, how the call adapted.
     """
     cadence = in_background(lambda: probe_cadence(table))
     journeys = build_journeys(table, unit_ms)
@@ -74,7 +80,10 @@ def analyze(
     for j in browser_journeys(list(browsers), table):
         stream = _analyze_stream(j, {})
         sender, receiver = (name.split("/", 1)[0] for name in (j.probe_names[0], j.probe_names[-1]))
-        stream.intervals = interval_figures(by_name[sender], by_name[receiver], j.path.ssrc or 0)
+        ssrc = j.path.ssrc or 0
+        stream.intervals = interval_figures(by_name[sender], by_name[receiver], ssrc)
+        stream.timeline = timeline(by_name[sender], by_name[receiver], ssrc)
+        stream.adaptation = adaptation(stream.timeline, schedule_steps(list(links)))
         streams.append(stream)
     return streams
 

@@ -78,6 +78,14 @@ def _stream(s: StreamAnalysis) -> dict[str, Any]:
         out["frames"] = effects
     if s.intervals:
         out["intervals"] = s.intervals
+    if s.timeline and len(s.timeline["t_ns"]):
+        out["timeline"] = {
+            name: [None if not math.isfinite(v) else round(float(v), 3) for v in values]
+            for name, values in s.timeline.items()
+            if name != "t_ns"
+        } | {"t_ns": [int(v) for v in s.timeline["t_ns"]]}
+    if s.adaptation:
+        out["adaptation"] = s.adaptation
     return out
 
 
@@ -88,6 +96,7 @@ def _stream_core(s: StreamAnalysis) -> dict[str, Any]:
         "id": j.stream_id,
         "media": j.media,
         "unit": f"{j.unit_ns / 1e6:g}ms",
+        "unit_is_frame": j.unit_is_frame,
         "units": units_total,
         "complete_units": int(j.complete.sum()),
         "lost": j.counts.get("lost", 0),

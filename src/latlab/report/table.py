@@ -126,6 +126,32 @@ def interval_table(intervals: dict[str, Any]) -> Table:
     return table
 
 
+def adaptation_table(steps: list[dict[str, Any]]) -> Table:
+    """Per scheduled link change: the jitter-buffer target before and after, and when it settled."""
+    table = Table(
+        title="adaptation to link changes (jitter-buffer target)",
+        title_justify="left",
+        header_style="bold",
+    )
+    for label in ("at s", "link", "set", "target before ms", "target after ms", "settled after s"):
+        table.add_column(label, justify="left" if label in ("link", "set") else "right")
+    for step in steps:
+        settled = step["settled_s"]
+        if not step.get("changed", True):
+            settled = None
+        table.add_row(
+            f"{step['at_s']:g}",
+            step["link"],
+            ", ".join(f"{k}={v}" for k, v in step["set"].items()),
+            _ms(step["target_before_ms"]),
+            _ms(step["target_after_ms"]),
+            ("-" if step.get("changed", True) else "unchanged")
+            if settled is None
+            else f"{settled:.1f}",
+        )
+    return table
+
+
 def srt_table(entries: list[dict[str, Any]]) -> Table:
     """Per SRT connection end: latency, RTT, the TSBPD prediction and packet counts."""
     table = Table(
@@ -297,6 +323,8 @@ def render_summary(
             parts.append(frame_table(stream["frames"]))
         if stream.get("intervals"):
             parts.append(interval_table(stream["intervals"]))
+        if stream.get("adaptation"):
+            parts.append(adaptation_table(stream["adaptation"]))
         handoffs = stream["thread_handoffs"]
         parts.append(
             Text(

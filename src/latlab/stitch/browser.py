@@ -89,6 +89,7 @@ def _direction(
         clock_domains=["monotonic@localhost"] * len(names),
         counts=_counts(times[rows]),
         probe_klass=[""] * len(names),
+        unit_is_frame=True,
     )
 
 

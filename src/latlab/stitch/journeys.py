@@ -60,6 +60,7 @@ class Journeys:
     unit_bytes: np.ndarray | None = None  # per unit: encoded size (TS paths), -1 unknown
     unit_keyframe: np.ndarray | None = None  # per unit: a random-access (I) frame
     extra: dict[str, np.ndarray] = field(default_factory=dict)  # per unit: instants off the path
+    unit_is_frame: bool = False  # a unit is one coded frame (video, browser audio)
 
     @cached_property
     def complete(self) -> np.ndarray:
@@ -150,6 +151,7 @@ def _stream_journeys(
         threads=_matrix(threads, keep),
         clock_domains=domains,
         probe_klass=klass,
+        unit_is_frame=video,
     )
     if sent is not None:
         journeys.unit_bytes, journeys.unit_keyframe = _frame_facts(sent, journeys.unit_start)

@@ -122,7 +122,19 @@ def sender_frames(pes: PesTable, thread: np.ndarray, inputs: MuxInputs, pid: int
     frames.position = np.where(placed, position, MISSING)
     idx = np.clip(np.searchsorted(grid, position), 0, max(len(grid) - 1, 0))
     frames.end = np.where(placed, ends[idx] if len(ends) else MISSING, MISSING)
+    frames.end = _through_next_pes(frames.position, frames.end)
     return frames
+
+
+def _through_next_pes(position: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """A PES holds everything up to the next PES start (a muxer may put several audio
+    frames in one PES): extend each range to the next placed position."""
+    placed = np.flatnonzero(position >= 0)
+    order = placed[np.argsort(position[placed], kind="stable")]
+    out = end.copy()
+    nxt = position[order[1:]]
+    out[order[:-1]] = np.maximum(end[order[:-1]], nxt)
+    return out
 
 
 def _mux_offset(pes: PesTable, thread: np.ndarray, inputs: MuxInputs) -> int | None:
@@ -204,20 +216,23 @@ def demuxer_knots(out: ProbeEvents, frames: PesFrames) -> tuple[np.ndarray, np.n
     """Knots mapping a demuxer's output PTS to positions (see the module docstring).
 
     The PTS offset comes from outputs whose size only one recently completed PES
-    has; then every output takes the frame at its PTS plus that offset, if the
-    sizes agree (or the frame's size is unknown: the last PES of a stream).
+    has (it drifts while the demuxer's clock recovery settles, so each output uses
+    the offset of the sure matches around it in time); then every output takes the
+    frame at its PTS plus that offset, if the sizes agree (or the frame's size is
+    unknown: the last PES of a stream).
     """
     events = out.select(out.pts >= 0)
     placed = frames.position >= 0
     sized = placed & (frames.last_ns >= 0) & (frames.es_bytes >= 0)
-    typical = _typical_offset(events, frames, sized)
-    if typical is None:
+    sure = _sure_offsets(events, frames, sized)
+    if sure is None:
         return np.empty(0, np.int64), np.empty(0, np.int64)
+    local = np.rint(np.interp(events.t_ns, *sure)).astype(np.int64)
     frame_ns = int(np.median((frames.end - frames.position)[sized]))
     pos, size = frames.position[placed], frames.es_bytes[placed]
     by_pos = np.argsort(pos, kind="stable")
-    row = by_pos[_nearest(pos[by_pos], events.pts + typical)]
-    close = np.abs(pos[row] - events.pts - typical) < frame_ns / 2
+    row = by_pos[_nearest(pos[by_pos], events.pts + local)]
+    close = np.abs(pos[row] - events.pts - local) < frame_ns / 2
     chosen = close & ((size[row] == events.size) | (size[row] < 0))
     recv_pts, position = events.pts[chosen], pos[row[chosen]]
     order = np.argsort(recv_pts, kind="stable")
@@ -226,8 +241,10 @@ def demuxer_knots(out: ProbeEvents, frames: PesFrames) -> tuple[np.ndarray, np.n
     return recv_pts[distinct], position[distinct]
 
 
-def _typical_offset(events: ProbeEvents, frames: PesFrames, sized: np.ndarray) -> int | None:
-    """Position minus demuxer PTS, from outputs matched to the latest PES of their size."""
+def _sure_offsets(
+    events: ProbeEvents, frames: PesFrames, sized: np.ndarray
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(output time, position minus demuxer PTS) of the outputs only one recent PES fits."""
     order = np.argsort(frames.last_ns[sized], kind="stable")
     last, size, pos = (a[sized][order] for a in (frames.last_ns, frames.es_bytes, frames.position))
     if not len(last) or not len(events.t_ns):
@@ -242,8 +259,19 @@ def _typical_offset(events: ProbeEvents, frames: PesFrames, sized: np.ndarray) -
         return None
     sure = matches == 1 if (matches == 1).any() else matches > 0
     first_match = np.argmax(valid, axis=1)
-    offset = pos[cand] - events.pts[:, None]
-    return int(np.median(offset[sure, first_match[sure]]))
+    offset = (pos[cand] - events.pts[:, None])[sure, first_match[sure]]
+    t_sure = events.t_ns[sure]
+    # one wrong sure match (two frames of equal size) must not steer its neighbours
+    keep = np.abs(offset - _running_median(offset)) < int(np.median(np.diff(np.sort(pos)))) / 2
+    order = np.argsort(t_sure[keep], kind="stable")
+    return t_sure[keep][order].astype(np.float64), offset[keep][order].astype(np.float64)
+
+
+def _running_median(values: np.ndarray, half: int = 4) -> np.ndarray:
+    """Median of each value's neighbourhood (``half`` on each side)."""
+    padded = np.pad(values.astype(np.float64), half, mode="edge")
+    windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * half + 1)
+    return np.median(windows, axis=1)
 
 
 def _nearest(sorted_values: np.ndarray, queries: np.ndarray) -> np.ndarray:
