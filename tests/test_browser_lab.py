@@ -172,7 +172,7 @@ def test_scenario_errors() -> None:
     cases = [
         (
             call_scenario(alice='webrtc = "gstreamer"'),
-            "processes.alice.webrtc: 'gstreamer' is not yet supported",
+            "processes.alice: give either 'browser' or 'webrtc', not both",
         ),
         (good.split("[calls.c1]")[0], "processes.alice: a browser must be in a call"),
         (

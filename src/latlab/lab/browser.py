@@ -16,6 +16,14 @@ namespace, with its own profile directory ``browsers/profiles/NAME`` and the fak
 capture device reading a WAV file. It is ready when its page said hello, its peer
 connection is connected and frames passed its sender and receiver transforms, as the
 page server reports.
+
+A ``webrtc = "gstreamer"`` process is latlab's webrtcbin peer (:mod:`latlab.lab.gstpeer`),
+run with the system's ``/usr/bin/python3`` (which has ``gi``) in its host's namespace,
+traced like a pipeline, connected to the same page server over its host's management
+veth. Its records (hello, states, first media, console) go to ``webrtc/NAME.jsonl``; it
+is ready under the same condition as a browser: connected, and its first buffers
+passed into webrtcbin (send) and reached its sink (receive). It stops like a pipeline:
+SIGINT (EOS), then SIGTERM, then SIGKILL.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from latlab.lab.netns import Lab, LabError, delete_namespace, ip, namespace_name
+from latlab.lab.process import STOP_STEPS as PIPELINE_STOP_STEPS
 from latlab.lab.process import ChildProcess
 from latlab.lab.scenario import Call, Process, Scenario
 from latlab.lab.signals import signals_deferred
@@ -55,6 +64,15 @@ CHROMIUM_FLAGS = (
     "--v=0",
 )
 BROWSERS_DIR = "browsers"
+WEBRTC_DIR = "webrtc"  # records of the webrtcbin peers
+SYSTEM_PYTHON = Path("/usr/bin/python3")  # has gi (PyGObject); the project's venv has not
+GST_PEER = Path(__file__).resolve().parent / "gstpeer.py"
+GI_CHECK = (
+    "import gi; gi.require_version('Gst', '1.0'); gi.require_version('GstWebRTC', '1.0');"
+    " gi.require_version('GstSdp', '1.0'); from gi.repository import Gst; Gst.init(None);"
+    " assert Gst.ElementFactory.find('webrtcbin'), 'no webrtcbin element';"
+    " assert Gst.ElementFactory.find('nicesrc'), 'no libnice elements (gstreamer1.0-nice)'"
+)
 PROFILES_DIR = "profiles"
 DEFAULT_AUDIO = "tone-440hz.wav"
 PAGES_HOST = "_pages"
@@ -112,8 +130,26 @@ def chromium_version() -> str | None:
     return result.stdout.strip() or None
 
 
+def check_gst_peer() -> None:
+    """BrowserError unless the system python can run the webrtcbin peer."""
+    try:
+        result = subprocess.run([str(SYSTEM_PYTHON), "-c", GI_CHECK], capture_output=True,
+                                text=True, timeout=20, check=False)  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BrowserError(f"{SYSTEM_PYTHON}: cannot run the webrtcbin peer: {exc}") from None
+    if result.returncode != 0:
+        lines = [s for s in result.stderr.strip().splitlines() if s.strip()] or ["failed"]
+        raise BrowserError(
+            f"{SYSTEM_PYTHON} cannot run the webrtcbin peer: {lines[-1].strip()} "
+            "(needs python3-gi, gir1.2-gst-plugins-bad-1.0, gstreamer1.0-nice)"
+        )
+
+
 def check_browsers(scenario: Scenario) -> None:
-    """BrowserError for what can be checked before anything starts: binary, audio files."""
+    """BrowserError for what can be checked before anything starts: binary, audio files,
+    and for webrtcbin peers the system python with gi."""
+    if any(p.webrtc for p in scenario.processes):
+        check_gst_peer()
     browsers = [p for p in scenario.processes if p.browser]
     if browsers and not os.access(CHROMIUM, os.X_OK):
         raise BrowserError(f"{CHROMIUM} not found: run bash scripts/setup.sh")
@@ -233,7 +269,8 @@ class BrowserLab:
         self.run_dir = run_dir
         self.exited = exited
         self.browsers = [p for p in scenario.processes if p.browser]
-        self.hosts = list(dict.fromkeys(p.host for p in self.browsers))
+        self.gst_peers = [p for p in scenario.processes if p.webrtc]
+        self.hosts = list(dict.fromkeys(p.host for p in scenario.processes if p.call_peer))
         self.namespace = pages_namespace(lab.pid)
         self.tracker = PeerTracker()
         self.server: ChildProcess | None = None
@@ -245,16 +282,17 @@ class BrowserLab:
 
     @property
     def active(self) -> bool:
-        """Whether the scenario has browsers."""
-        return bool(self.browsers)
+        """Whether the scenario has browsers or webrtcbin peers."""
+        return bool(self.browsers or self.gst_peers)
 
     def __enter__(self) -> BrowserLab:
         if not self.active:
             return self
         atexit.register(self.down)
         try:
-            self.records_dir.mkdir(parents=True, exist_ok=True)
-            self.version = chromium_version()
+            if self.browsers:
+                self.records_dir.mkdir(parents=True, exist_ok=True)
+                self.version = chromium_version()
             if any(p.audio_file is None for p in self.browsers):
                 self.default_audio = generate_tone(self.records_dir / DEFAULT_AUDIO)
             self._network()
@@ -276,6 +314,15 @@ class BrowserLab:
     def records_dir(self) -> Path:
         """``<run dir>/browsers``."""
         return self.run_dir / BROWSERS_DIR
+
+    @property
+    def webrtc_dir(self) -> Path:
+        """``<run dir>/webrtc``: the webrtcbin peers' records."""
+        return self.run_dir / WEBRTC_DIR
+
+    def records_path(self, proc: Process) -> Path:
+        """Where the page server writes ``proc``'s records."""
+        return (self.webrtc_dir if proc.webrtc else self.records_dir) / f"{proc.name}.jsonl"
 
     def down(self) -> None:
         """Stop the page server and remove its namespace (with the veths)."""
@@ -318,6 +365,9 @@ class BrowserLab:
     def _start_server(self) -> None:
         logs = self.run_dir / "logs"
         peers = [arg for p in self.browsers for arg in ("--peer", p.name)]
+        if self.gst_peers:
+            peers += ["--gst-out", str(self.webrtc_dir)]
+            peers += [arg for p in self.gst_peers for arg in ("--gst-peer", p.name)]
         argv = [sys.executable, "-m", "latlab.lab.pageserver", "--port", str(PORT),
                 "--out", str(self.records_dir), *peers]  # fmt: skip
         self.server = ChildProcess(
@@ -383,8 +433,31 @@ class BrowserLab:
             self.page_url(proc),
         ]
 
+    def gst_argv(self, proc: Process) -> list[str]:
+        """The webrtcbin peer's argv for ``proc`` (to run inside its host's namespace)."""
+        call = self.scenario.call_of(proc.name)
+        assert call is not None
+        caller = proc.name == call.caller
+        k = self.hosts.index(proc.host)
+        return [str(SYSTEM_PYTHON), "-u", str(GST_PEER),
+                "--url", f"ws://{SUBNET_BASE}.{k}.1:{PORT}/ws", "--id", proc.name,
+                "--peer", call.callee if caller else call.caller,
+                "--role", "caller" if caller else "callee", "--ice", self.link_addr(proc),
+                "--audio-caps", proc.audio_caps,
+                "--latency-ms", str(proc.jitterbuffer_ms)]  # fmt: skip
+
     def child(self, proc: Process, logs: Path) -> ChildProcess:
-        """The (not yet started) browser process for ``proc``."""
+        """The (not yet started) browser or webrtcbin peer process for ``proc``."""
+        if proc.webrtc:
+            return ChildProcess(
+                name=proc.name,
+                argv=self.lab.exec_argv(proc.host, self.gst_argv(proc)),
+                stdout_log=logs / f"{proc.name}.stdout",
+                stderr_log=logs / f"{proc.name}.stderr",
+                exited=self.exited,
+                ready_marker=NEVER,
+                stop_steps=PIPELINE_STOP_STEPS,
+            )
         return ChildProcess(
             name=proc.name,
             argv=self.lab.exec_argv(proc.host, self.argv(proc)),
@@ -416,7 +489,7 @@ class BrowserLab:
                 if child.eof or (child.popen is not None and child.popen.poll() is not None):
                     code = child.exit_code()
                     raise BrowserError(
-                        f"process '{name}' (chromium) exited during start-up "
+                        f"process '{name}' ({self.kind(name)}) exited during start-up "
                         f"(exit code {code}): {self.tail(name, child)}"
                     )
 
@@ -424,14 +497,16 @@ class BrowserLab:
             peer = self.tracker.state(name)
             if not self.tracker.wait(lambda p=peer: p.hello_ns is not None, deadline, abort):
                 raise BrowserError(
-                    f"process '{name}' (chromium): the page did not say hello within "
+                    f"process '{name}' ({self.kind(name)}): "
+                    f"{'the page' if self.scenario.process(name).browser else 'it'} "
+                    f"did not say hello within "
                     f"{call.timeout_s:g} s: {self.tail(name, children[name])}"
                 )
         for name in call.between:
             peer = self.tracker.state(name)
             if not self.tracker.wait(lambda p=peer: p.media_ns is not None, deadline, abort):
                 raise BrowserError(
-                    f"process '{name}' (chromium): call '{call.name}': media did not flow "
+                    f"process '{name}' ({self.kind(name)}): call '{call.name}': media did not flow "
                     f"within {call.timeout_s:g} s ({self._progress(peer)}): "
                     f"{self.tail(name, children[name])}"
                 )
@@ -439,6 +514,10 @@ class BrowserLab:
             children[name].ready_ns = self.tracker.state(name).media_ns
             pid = children[name].pid
             self.cpu_at_ready[name] = tree_cpu_s(pid) if pid else 0.0
+
+    def kind(self, name: str) -> str:
+        """``chromium`` or ``gstreamer webrtcbin``: what process ``name`` is."""
+        return self.scenario.process(name).call_peer
 
     @staticmethod
     def _progress(peer: PeerState) -> str:
@@ -448,23 +527,24 @@ class BrowserLab:
         return f"ICE {ice}, connection {connection}, frames at: {sides}"
 
     def tail(self, name: str, child: ChildProcess, limit: int = 2) -> str:
-        """The page's last console lines and Chromium's last meaningful stderr lines."""
+        """The page's last console lines and Chromium's last meaningful stderr lines
+        (a webrtcbin peer: its last stderr lines, else its last log lines)."""
         parts = []
-        console = self._console(name)[-limit:]
-        if console:
-            parts.append("console: " + " | ".join(console))
         try:
             text = child.stderr_log.read_text(encoding="utf-8", errors="replace")
         except OSError:
             text = ""
         lines = [s.strip() for s in text.splitlines() if s.strip()]
         lines = [s for s in lines if not any(n in s for n in _NOISE)][-limit:]
+        console = self._console(name)[-limit:]
+        if console and not (lines and self.scenario.process(name).webrtc):
+            parts.append("console: " + " | ".join(console))
         if lines:
             parts.append("stderr: " + " | ".join(s[:_LINE_MAX] for s in lines))
         return "; ".join(parts) or "(no console output, nothing on stderr)"
 
     def _console(self, name: str) -> list[str]:
-        path = self.records_dir / f"{name}.jsonl"
+        path = self.records_path(self.scenario.process(name))
         try:
             lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
         except OSError:
@@ -503,6 +583,28 @@ class BrowserLab:
             "cpu_at_ready_s": self.cpu_at_ready.get(proc.name),
             "cpu_s": self.cpu_at_stop.get(proc.name),
         }  # fmt: skip
+
+    def describe_webrtc(self, proc: Process, child: ChildProcess) -> dict[str, Any]:
+        """The webrtcbin peer's part of its run.json process entry."""
+        peer = self.tracker.state(proc.name)
+        origin = child.started_ns or 0
+
+        def since(ns: int | None) -> float | None:
+            return None if ns is None or not origin else round((ns - origin) / 1e9, 6)
+
+        return {
+            "webrtc": proc.webrtc,
+            "program": str(GST_PEER),
+            "audio_caps": proc.audio_caps,
+            "jitterbuffer_ms": proc.jitterbuffer_ms,
+            "records": f"{WEBRTC_DIR}/{proc.name}.jsonl",
+            "call": (call.name if (call := self.scenario.call_of(proc.name)) else None),
+            "hello_s": since(peer.hello_ns),
+            "media_s": since(peer.media_ns),
+            "states": dict(peer.states),
+            "cpu_at_ready_s": self.cpu_at_ready.get(proc.name),
+            "cpu_s": self.cpu_at_stop.get(proc.name),
+        }
 
     def sample_cpu_at_stop(self, children: Mapping[str, ChildProcess]) -> None:
         """CPU time of each browser's process tree, just before stopping."""

@@ -2,6 +2,8 @@
 
 ``python -m latlab.lab.pageserver --port PORT --out DIR --peer alice --peer bob``
 serves the peer page (``www/``) over HTTP and one WebSocket per page at ``/ws?id=NAME``.
+``--gst-peer NAME`` (with ``--gst-out DIR``) admits a GStreamer webrtcbin peer
+(:mod:`latlab.lab.gstpeer`) the same way; its records go to ``DIR/NAME.jsonl``.
 It relays signalling between the pages (a message with ``to`` goes to that peer,
 queued until it connects), sends clock pings every 250 ms, and writes every record a
 page sends to ``DIR/NAME.jsonl`` with ``srv_ns``, its CLOCK_MONOTONIC arrival time
@@ -9,7 +11,8 @@ page sends to ``DIR/NAME.jsonl`` with ``srv_ns``, its CLOCK_MONOTONIC arrival ti
 
 It tells the runner what happens on stdout, one line each: ``ready PORT`` once it
 listens, then ``event NAME hello``, ``event NAME state WHAT VALUE``, ``event NAME frame
-SIDE`` (the first frame at each transform side) and ``event NAME closed``.
+SIDE`` (the first frame at each transform side, or a webrtcbin peer's first ``media``
+record of that side) and ``event NAME closed``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Embedder-Policy": "require-corp",
 }
-RECORD_TYPES = ("hello", "stats", "sync", "tap", "console", "state")
+RECORD_TYPES = ("hello", "stats", "sync", "tap", "console", "state", "media")
 
 
 def say(line: str) -> None:
@@ -47,8 +50,9 @@ def say(line: str) -> None:
 class PageServer:
     """Relays signalling, pings clocks and writes each peer's records."""
 
-    def __init__(self, out_dir: Path, peers: list[str]) -> None:
+    def __init__(self, out_dir: Path, peers: list[str], out_dirs: dict[str, Path]) -> None:
         self.out_dir = out_dir
+        self.out_dirs = out_dirs  # peers whose records go elsewhere than out_dir
         self.peers = peers
         self.sockets: dict[str, web.WebSocketResponse] = {}
         self.queued: dict[str, list[str]] = {p: [] for p in peers}
@@ -60,7 +64,8 @@ class PageServer:
         """Append one record line to the peer's file."""
         out = self.files.get(peer)
         if out is None:
-            out = self.files[peer] = (self.out_dir / f"{peer}.jsonl").open("a", encoding="utf-8")
+            path = self.out_dirs.get(peer, self.out_dir) / f"{peer}.jsonl"
+            out = self.files[peer] = path.open("a", encoding="utf-8")
         out.write(json.dumps(record, separators=(",", ":")) + "\n")
         out.flush()
 
@@ -117,15 +122,20 @@ class PageServer:
                 say(f"event {peer} hello")
             elif kind == "state":
                 say(f"event {peer} state {data.get('what')} {data.get('value')}")
+            elif kind == "media":
+                self.first_frame(peer, str(data.get("side")))
 
     def frames(self, peer: str, srv_ns: int, frames: list[dict[str, Any]]) -> None:
         """One line per frame of a batch; the first frame at each side is announced."""
         for frame in frames:
             self.write(peer, {"type": "frame", "srv_ns": srv_ns, **frame})
-            key = (peer, str(frame.get("side")))
-            if key not in self.first_frames:
-                self.first_frames.add(key)
-                say(f"event {peer} frame {key[1]}")
+            self.first_frame(peer, str(frame.get("side")))
+
+    def first_frame(self, peer: str, side: str) -> None:
+        """Announce the first frame (or media buffer) of a peer at ``side``."""
+        if (peer, side) not in self.first_frames:
+            self.first_frames.add((peer, side))
+            say(f"event {peer} frame {side}")
 
     def clock(self, peer: str, srv_ns: int, data: dict[str, Any]) -> None:
         """A page's answer to a clock ping."""
@@ -160,9 +170,9 @@ async def asset(request: web.Request) -> web.FileResponse:
     return web.FileResponse(WWW / name, headers=HEADERS)
 
 
-async def serve(port: int, out_dir: Path, peers: list[str]) -> None:
+async def serve(port: int, out_dir: Path, peers: list[str], out_dirs: dict[str, Path]) -> None:
     """Serve until SIGTERM or SIGINT."""
-    server = PageServer(out_dir, peers)
+    server = PageServer(out_dir, peers, out_dirs)
     app = web.Application()
     app.router.add_get("/ws", server.websocket)
     app.router.add_get("/", asset)
@@ -185,14 +195,23 @@ async def serve(port: int, out_dir: Path, peers: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: ``--port PORT --out DIR --peer NAME [--peer NAME ...]``."""
+    """Command line: ``--port PORT --out DIR --peer NAME ...``, and for webrtcbin peers
+    ``--gst-out DIR --gst-peer NAME ...``."""
     parser = argparse.ArgumentParser(prog="latlab.lab.pageserver")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--peer", action="append", required=True)
+    parser.add_argument("--peer", action="append", default=[])
+    parser.add_argument("--gst-out", type=Path)
+    parser.add_argument("--gst-peer", action="append", default=[])
     args = parser.parse_args(argv)
-    args.out.mkdir(parents=True, exist_ok=True)
-    asyncio.run(serve(args.port, args.out, args.peer))
+    if not args.peer and not args.gst_peer:
+        parser.error("at least one --peer or --gst-peer is needed")
+    if args.gst_peer and args.gst_out is None:
+        parser.error("--gst-peer needs --gst-out")
+    out_dirs = {name: args.gst_out for name in args.gst_peer}
+    for directory in (args.out, *out_dirs.values()):
+        directory.mkdir(parents=True, exist_ok=True)
+    asyncio.run(serve(args.port, args.out, [*args.peer, *args.gst_peer], out_dirs))
 
 
 if __name__ == "__main__":

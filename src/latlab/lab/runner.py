@@ -8,7 +8,9 @@ for it), then SIGTERM, then SIGKILL to the process group. The lab is always torn
 
 Browser processes (``browser = "chromium"``) are started through
 :class:`latlab.lab.browser.BrowserLab`: not traced, ready once their call's media flows
-both ways, stopped with SIGTERM then SIGKILL.
+both ways, stopped with SIGTERM then SIGKILL. A webrtcbin peer (``webrtc =
+"gstreamer"``) is started there too and ready the same way, but traced and stopped like
+a pipeline (SIGINT: EOS).
 """
 
 from __future__ import annotations
@@ -205,7 +207,7 @@ class _Run:
             self.sampler.stop()
 
     def _browser_children(self) -> dict[str, ChildProcess]:
-        return {proc.name: child for proc, child in self.children if proc.browser}
+        return {proc.name: child for proc, child in self.children if proc.call_peer}
 
     def _record_failure(self, exc: BaseException) -> None:
         if isinstance(exc, KeyboardInterrupt | Terminated):
@@ -228,7 +230,7 @@ class _Run:
             child.start(self._env(proc, addrs))
             if child.pid is not None:
                 self.sampler.add(proc.name, child.pid)
-            if proc.browser:
+            if proc.call_peer:
                 self._await_call(proc)
                 continue
             self._await_ready(child)
@@ -266,7 +268,7 @@ class _Run:
     def _child(self, proc: Process, addrs: dict[str, str]) -> ChildProcess:
         assert self.lab is not None
         logs = self.out_dir / rundir.LOGS
-        if proc.browser:
+        if proc.call_peer:
             assert self.browsers is not None
             return self.browsers.child(proc, logs)
         try:
@@ -371,9 +373,9 @@ class _Run:
                 raise RunError(str(exc)) from None
         for proc, child in self.children:
             if child.eof:
-                if proc.browser:
+                if proc.call_peer:
                     raise RunError(
-                        f"process '{child.name}' (chromium) exited during the run "
+                        f"process '{child.name}' ({proc.call_peer}) exited during the run "
                         f"(exit code {child.exit_code()}): "
                         f"{self.browsers.tail(child.name, child) if self.browsers else ''}"
                     )
@@ -465,6 +467,11 @@ class _Run:
             **(
                 {"browser": self.browsers.describe_browser(proc, child)}
                 if proc.browser and self.browsers
+                else {}
+            ),
+            **(
+                {"webrtc": self.browsers.describe_webrtc(proc, child)}
+                if proc.webrtc and self.browsers
                 else {}
             ),
             "stdout": str(child.stdout_log.relative_to(self.out_dir)),

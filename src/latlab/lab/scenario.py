@@ -24,7 +24,10 @@ A scenario is a TOML file::
 A process may instead be a browser (``browser = "chromium"``, optional ``audio_file``
 relative to the scenario file, ``audio_processing``, ``browser_args``); browsers make
 1:1 WebRTC calls, ``[calls.NAME] between = ["caller", "callee"]`` (optional
-``timeout_s``: how long the pages may take to load and connect).
+``timeout_s``: how long the pages may take to load and connect). A call's peer may also
+be the GStreamer webrtcbin peer (``webrtc = "gstreamer"``, optional ``audio_caps``: the
+raw caps of its test tone, ``jitterbuffer_ms``: webrtcbin's ``latency``), which runs
+traced like a pipeline.
 
 ``pipeline`` and ``env`` values may reference ``${hosts.NAME.addr}`` (the host's address,
 known once the lab is up) and ``${params.NAME}``; ``$${`` stands for a literal ``${``.
@@ -98,6 +101,10 @@ BROWSER_KEYS = ("host", "browser", "audio_file", "audio_processing", "browser_ar
 BROWSERS = ("chromium",)
 WEBRTC_PEERS = ("gstreamer",)
 BROWSER_ONLY_KEYS = ("audio_file", "audio_processing", "browser_args")
+WEBRTC_KEYS = ("host", "webrtc", "audio_caps", "jitterbuffer_ms")
+WEBRTC_ONLY_KEYS = ("audio_caps", "jitterbuffer_ms")
+WEBRTC_AUDIO_CAPS = "audio/x-raw,rate=48000,channels=1"
+WEBRTC_JITTERBUFFER_MS = 40
 CALL_KEYS = ("between", "timeout_s")
 CALL_TIMEOUT_S = 20.0
 HOST_ATTRS = ("addr",)
@@ -167,7 +174,9 @@ class Process:
     ``command`` and ``browser`` is set. ``sched`` is the scheduling policy (None:
     inherited). A browser (``"chromium"``) captures ``audio_file`` (an absolute path;
     None: a test tone latlab generates) with the browser's audio processing on or off
-    (``audio_processing``); ``browser_args`` are extra command-line flags.
+    (``audio_processing``); ``browser_args`` are extra command-line flags. A WebRTC
+    peer (``webrtc = "gstreamer"``: latlab's webrtcbin program) sends a tone of raw caps
+    ``audio_caps`` and receives through a jitter buffer of ``jitterbuffer_ms``.
     """
 
     name: str
@@ -180,14 +189,25 @@ class Process:
     audio_file: str | None = None
     audio_processing: bool = False
     browser_args: tuple[str, ...] = ()
+    webrtc: str = ""
+    audio_caps: str = WEBRTC_AUDIO_CAPS
+    jitterbuffer_ms: int = WEBRTC_JITTERBUFFER_MS
+
+    @property
+    def call_peer(self) -> str:
+        """What takes part in calls: ``chromium``, ``gstreamer webrtcbin``, or "" (neither)."""
+        if self.browser:
+            return self.browser
+        return f"{self.webrtc} webrtcbin" if self.webrtc else ""
 
 
 @dataclass(frozen=True)
 class Call:
-    """A 1:1 WebRTC call (``[calls.NAME]``) between two browser processes, media both ways.
+    """A 1:1 WebRTC call (``[calls.NAME]``) between two peers, media both ways.
 
-    ``caller`` (the first of ``between``) makes the offer. The browsers are ready once
-    both pages said hello and media flows both ways, within ``timeout_s`` of launch.
+    A peer is a browser or a webrtcbin peer. ``caller`` (the first of ``between``) makes
+    the offer. The peers are ready once both said hello and media flows both ways,
+    within ``timeout_s`` of launch.
     """
 
     name: str
@@ -254,7 +274,7 @@ class Scenario:
     calls: tuple[Call, ...] = ()
 
     def call_of(self, process: str) -> Call | None:
-        """The call a browser process takes part in (None if it is in none)."""
+        """The call a browser or webrtcbin process takes part in (None if it is in none)."""
         return next((c for c in self.calls if process in c.between), None)
 
     def host_names(self) -> list[str]:
@@ -617,23 +637,29 @@ class _Parser:
         where = f"processes.{name}"
         self.ident(name, where, ENTITY_RE, ENTITY_RULE)
         if isinstance(value, dict):
-            known = set(PROCESS_KEYS) | set(BROWSER_KEYS) | {"webrtc"}
+            known = set(PROCESS_KEYS) | set(BROWSER_KEYS) | set(WEBRTC_KEYS)
             for key in value:
                 if key not in known:
                     raise self.fail(
                         where,
                         f"unknown key '{key}' (known: {', '.join(PROCESS_KEYS)}) or, for a "
-                        f"browser: {', '.join(BROWSER_KEYS)}",
+                        f"browser: {', '.join(BROWSER_KEYS)}, or for a webrtcbin peer: "
+                        f"{', '.join(WEBRTC_KEYS)}",
                     )
-        table = self.table(value, where, (*PROCESS_KEYS, *BROWSER_KEYS, "webrtc"))
+        table = self.table(value, where, (*PROCESS_KEYS, *BROWSER_KEYS, *WEBRTC_KEYS))
         host = self.host_of(table, where, hosts)
+        if "webrtc" in table and "browser" in table:
+            raise self.fail(where, "give either 'browser' or 'webrtc', not both")
         if "webrtc" in table:
-            self.webrtc(table["webrtc"], f"{where}.webrtc")
+            return self.webrtc(name, table, where, host)
         if "browser" in table:
             return self.browser(name, table, where, host)
         for key in BROWSER_ONLY_KEYS:
             if key in table:
                 raise self.fail(f"{where}.{key}", "applies only to a browser process")
+        for key in WEBRTC_ONLY_KEYS:
+            if key in table:
+                raise self.fail(f"{where}.{key}", "applies only to a webrtc process")
         if "pipeline" in table and "command" in table:
             raise self.fail(where, "give either 'pipeline' or 'command', not both")
         pipeline, command = "", ()
@@ -656,12 +682,27 @@ class _Parser:
             sched=sched,
         )
 
-    def webrtc(self, value: Any, where: str) -> None:
-        """``webrtc = "gstreamer"``: the webrtcbin peer, reserved for a later step."""
-        peer = self.string(value, where)
+    def webrtc(self, name: str, table: dict[str, Any], where: str, host: str) -> Process:
+        """``webrtc = "gstreamer"``: the webrtcbin peer; no pipeline, command, env or sched."""
+        peer = self.string(table["webrtc"], f"{where}.webrtc")
         if peer not in WEBRTC_PEERS:
-            raise self.fail(where, f"unknown peer '{peer}' (peers: {', '.join(WEBRTC_PEERS)})")
-        raise self.fail(where, f"'{peer}' is not yet supported (use browser = \"chromium\")")
+            raise self.fail(
+                f"{where}.webrtc", f"unknown peer '{peer}' (peers: {', '.join(WEBRTC_PEERS)})"
+            )
+        for key in ("pipeline", "command", "env", "sched", *BROWSER_ONLY_KEYS):
+            if key in table:
+                raise self.fail(where, f"'{key}' does not apply to a webrtc process")
+        caps = self.string(table.get("audio_caps", WEBRTC_AUDIO_CAPS), f"{where}.audio_caps")
+        if not caps.startswith("audio/x-raw"):
+            raise self.fail(f"{where}.audio_caps", "must be raw audio caps (audio/x-raw,...)")
+        jitterbuffer = table.get("jitterbuffer_ms", WEBRTC_JITTERBUFFER_MS)
+        if isinstance(jitterbuffer, bool) or not isinstance(jitterbuffer, int) or jitterbuffer < 0:
+            raise self.fail(
+                f"{where}.jitterbuffer_ms", f"must be an integer >= 0, not {jitterbuffer!r}"
+            )
+        return Process(
+            name=name, host=host, webrtc=peer, audio_caps=caps, jitterbuffer_ms=jitterbuffer
+        )
 
     def browser(self, name: str, table: dict[str, Any], where: str, host: str) -> Process:
         """A ``browser = "chromium"`` process: no pipeline, command, env or sched."""
@@ -714,10 +755,11 @@ class _Parser:
                     )
                 seen[proc] = call.name
         for proc in processes:
-            if proc.browser and proc.name not in seen:
+            if proc.call_peer and proc.name not in seen:
+                kind = "a browser" if proc.browser else "a webrtc peer"
                 raise self.fail(
                     f"processes.{proc.name}",
-                    'a browser must be in a call ([calls.NAME] between = ["a", "b"])',
+                    f'{kind} must be in a call ([calls.NAME] between = ["a", "b"])',
                 )
         return calls
 
@@ -739,8 +781,10 @@ class _Parser:
                 raise self.fail(
                     f"{where}.between", f"unknown process '{proc}' (processes: {known})"
                 )
-            if not by_name[proc].browser:
-                raise self.fail(f"{where}.between", f"process '{proc}' is not a browser")
+            if not by_name[proc].call_peer:
+                raise self.fail(
+                    f"{where}.between", f"process '{proc}' is not a browser or webrtc peer"
+                )
         hosts = {by_name[between[0]].host, by_name[between[1]].host}
         if len(hosts) != 2 or not any(set(link.between) == hosts for link in links):
             raise self.fail(

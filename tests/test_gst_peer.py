@@ -1,0 +1,207 @@
+"""The GStreamer webrtcbin peer in a call with Chromium: traced, both directions, bad input.
+
+Real Chromium and the real webrtcbin program (system python with gi) in network
+namespaces (root), the real page server and link emulator.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from latlab.ingest.events import EventTable, load_run
+from latlab.lab.browser import CHROMIUM, BrowserError, check_gst_peer
+from latlab.lab.netns import list_namespaces
+from latlab.lab.runner import RunError, run_scenario
+from latlab.lab.scenario import ScenarioError, parse_scenario
+from latlab.tracer import is_built
+
+
+@cache
+def gi_problem() -> str:
+    """Why the system python cannot run the webrtcbin peer ("" if it can)."""
+    try:
+        check_gst_peer()
+    except BrowserError as exc:
+        return str(exc)
+    return ""
+
+
+NEEDS_LAB = (
+    pytest.mark.e2e,
+    pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"),
+    pytest.mark.skipif(
+        not os.access(CHROMIUM, os.X_OK),
+        reason=f"{CHROMIUM} missing (bash scripts/setup.sh installs chromium)",
+    ),
+    pytest.mark.skipif(not is_built(), reason="tracer plugin not built"),
+)
+
+
+def lab(test: Callable[..., None]) -> Callable[..., None]:
+    """Mark a test that runs Chromium and the webrtcbin peer in namespaces."""
+    for mark in NEEDS_LAB:
+        test = mark(test)
+    return test
+
+
+def needs_gi() -> None:
+    if gi_problem():
+        pytest.skip(gi_problem())
+
+
+def gst_scenario(*, caller: str = "alice", bob: str = "", duration: float = 5) -> str:
+    """alice (Chromium, host a) and bob (webrtcbin, host b) in a call over a 30 ms link."""
+    callee = "bob" if caller == "alice" else "alice"
+    return f"""\
+name = "webrtc-gst"
+duration_s = {duration}
+[hosts.a]
+[hosts.b]
+[[links]]
+between = ["a", "b"]
+delay_ms = 30
+[processes.alice]
+host = "a"
+browser = "chromium"
+[processes.bob]
+host = "b"
+webrtc = "gstreamer"
+{bob}
+[calls.c1]
+between = ["{caller}", "{callee}"]
+timeout_s = 20
+"""
+
+
+def leftovers(tmp_path: Path) -> tuple[list[str], list[str]]:
+    """This process's lab namespaces, and any peer program or Chromium of this test."""
+    namespaces = [n for n in list_namespaces() if n.startswith(f"llab-{os.getpid()}-")]
+    alive = []
+    for entry in os.listdir("/proc"):
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+        if str(tmp_path) in cmdline or (
+            "gstpeer.py" in cmdline and f"llab-{os.getpid()}-" in cmdline
+        ):
+            alive.append(cmdline)
+    return namespaces, alive
+
+
+def records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def rtp_ssrcs(table: EventTable, probe_name: str) -> Counter[int]:
+    """SSRC -> number of RTP events at the probe named ``probe_name``."""
+    index = next(i for i, p in enumerate(table.probes) if p.name == probe_name)
+    is_rtp = table.probe_column(index, "is_rtp").astype(bool)
+    return Counter(int(s) for s in table.probe_column(index, "ssrc")[is_rtp])
+
+
+@lab
+@pytest.mark.parametrize("caller", ["alice", "bob"])
+def test_call_with_chromium_traced_both_ways(tmp_path: Path, caller: str) -> None:
+    needs_gi()
+    out = tmp_path / "run"
+    run_scenario(parse_scenario(gst_scenario(caller=caller), str(tmp_path / "s.toml")), out,
+                 progress=False)  # fmt: skip
+
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "ok"
+    bob_run = next(p for p in run["processes"] if p["name"] == "bob")
+    assert bob_run["stopped"] == "sigint" and bob_run["exit_code"] == 0  # EOS, clean exit
+    assert bob_run["webrtc"]["states"]["connection"] == "connected"
+    assert bob_run["webrtc"]["media_s"] is not None and bob_run["ready_s"] is not None
+    trace = out / "traces" / f"bob-{bob_run['pid']}.lltrace"
+    assert trace.is_file()
+    bob_log = records(out / "webrtc/bob.jsonl")
+    assert {r["value"] for r in bob_log if r["type"] == "state"} >= {"connected"}
+    assert {r["side"] for r in bob_log if r["type"] == "media"} == {"send", "recv"}
+    assert any(r.get("text") == "EOS reached both ends" for r in bob_log)
+
+    alice = [r for r in records(out / "browsers/alice.jsonl") if r["type"] == "frame"]
+    (alice_ssrc,) = {r["ssrc"] for r in alice if r["side"] == "send"}
+    (bob_ssrc,) = {r["ssrc"] for r in alice if r["side"] == "recv"}
+    assert alice_ssrc != bob_ssrc
+
+    table = load_run(out)
+    names = {p.name for p in table.probes}
+    # receive path: alice's packets out of webrtcbin's jitter buffer, into the depayloader
+    for probe in ("bob/rtpjitterbuffer0:src", "bob/wb:src_0", "bob/rx:sink"):
+        assert rtp_ssrcs(table, probe)[alice_ssrc] > 150, probe  # 50 packets/s, ~5 s
+    assert {"bob/depay:src", "bob/dec:src", "bob/sink:sink"} <= names
+    # send path: bob's packets from the payloader into webrtcbin and its RTP session
+    for probe in ("bob/pay:src", "bob/wb:sink_0", "bob/rtpbin:send_rtp_src_0"):
+        assert set(rtp_ssrcs(table, probe)) == {bob_ssrc}, probe
+    # alice's page received bob's frames: as many as webrtcbin sent, give or take start-up
+    sent = rtp_ssrcs(table, "bob/rtpbin:send_rtp_src_0")[bob_ssrc]
+    received = sum(1 for r in alice if r["side"] == "recv")
+    assert 150 < received <= sent
+    jitterbuffer = next(
+        i for i, p in enumerate(table.probes) if p.name == "bob/rtpjitterbuffer0:src"
+    )
+    is_rtp = table.probe_column(jitterbuffer, "is_rtp").astype(bool)
+    seqs = table.probe_column(jitterbuffer, "seq")[is_rtp]
+    assert np.all(np.diff(seqs.astype(np.int64)) % 65536 == 1)  # in order, none lost
+    assert leftovers(tmp_path) == ([], [])
+
+
+@lab
+def test_peer_program_crash_is_one_line_naming_it(tmp_path: Path) -> None:
+    needs_gi()
+    out = tmp_path / "run"
+    scenario = parse_scenario(
+        gst_scenario(bob='audio_caps = "audio/x-raw,rate=7"'), str(tmp_path / "s.toml")
+    )
+    with pytest.raises(RunError) as info:
+        run_scenario(scenario, out, progress=False)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(
+        "process 'bob' (gstreamer webrtcbin) exited during start-up (exit code 1): "
+    ), message
+    assert message.endswith("stderr: error: could not link txconv to enc"), message
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "failed" and run["error"] == message
+    assert leftovers(tmp_path) == ([], [])
+
+
+@pytest.mark.parametrize(
+    ("bob", "error"),
+    [
+        ('webrtc = "pion"', "processes.bob.webrtc: unknown peer 'pion' (peers: gstreamer)"),
+        ('webrtc = "gstreamer"\npipeline = "fakesrc ! fakesink"',
+         "processes.bob: 'pipeline' does not apply to a webrtc process"),
+        ('webrtc = "gstreamer"\naudio_caps = "video/x-raw"',
+         "processes.bob.audio_caps: must be raw audio caps"),
+        ('webrtc = "gstreamer"\njitterbuffer_ms = -1',
+         "processes.bob.jitterbuffer_ms: must be an integer >= 0"),
+        ('pipeline = "fakesrc ! fakesink"\njitterbuffer_ms = 10',
+         "processes.bob.jitterbuffer_ms: applies only to a webrtc process"),
+    ],
+)  # fmt: skip
+def test_scenario_errors(bob: str, error: str) -> None:
+    text = gst_scenario().replace('webrtc = "gstreamer"\n', f"{bob}\n")
+    with pytest.raises(ScenarioError) as info:
+        parse_scenario(text, "s.toml")
+    assert error in str(info.value)
+
+
+def test_shipped_scenario_parses() -> None:
+    path = Path(__file__).resolve().parents[1] / "scenarios/webrtc-gst.toml"
+    scenario = parse_scenario(path.read_text(), str(path))
+    bob = scenario.process("bob")
+    assert bob.webrtc == "gstreamer" and bob.call_peer == "gstreamer webrtcbin"
+    call = scenario.call_of("bob")
+    assert call is not None and call.between == ("alice", "bob")
