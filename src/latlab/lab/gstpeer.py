@@ -12,7 +12,8 @@ Opus call through ``webrtcbin`` (``webrtcbin`` is named ``wb``)::
 It signals only ICE candidates of ``--ice`` (its host's address on the call's link).
 It sends the page server what the runner waits for: ``hello``, ``state`` (``ice``,
 ``connection``, ``signaling``: webrtcbin's states by their nicks), ``media`` (``side``
-``send``: the first buffer into webrtcbin once connected; ``recv``: the first decoded
+``send``: the first buffer into webrtcbin once connected: the payloader's packets are
+dropped until then; ``recv``: the first decoded
 buffer at the sink; ``t_ns``: CLOCK_MONOTONIC) and ``console`` (its log lines).
 
 SIGINT or SIGTERM: EOS into both paths (at the test source, and at the receiver's
@@ -176,6 +177,8 @@ class Peer:
         bus = self.pipe.get_bus()
         bus.add_signal_watch()
         bus.connect("message", self.on_bus)
+        pay = self.pipe.get_by_name("pay").get_static_pad("src")
+        pay.add_probe(self.Gst.PadProbeType.BUFFER, self.drop_until_connected)
 
     # --- reports ------------------------------------------------------------------
     def log(self, text: str, level: str = "log") -> None:
@@ -218,6 +221,18 @@ class Peer:
             self.first_buffer(self.wb.get_static_pad("sink_0"), "send")
         elif what == "connection" and value == "failed":
             self.fail("webrtcbin: connection failed")
+
+    def drop_until_connected(self, _pad: Any, _info: Any) -> Any:
+        """Streaming thread: drop RTP packets at the payloader until connected.
+
+        webrtcbin blocks its sink pad until negotiated and holds packets until DTLS is
+        up; the live source then pushes its backlog in a burst, which the receiver's
+        jitter buffer keeps as delay (hundreds of ms). Dropping keeps the source's thread
+        running in real time; the first packet sent is then a current one.
+        """
+        if self.connected:
+            return self.Gst.PadProbeReturn.REMOVE
+        return self.Gst.PadProbeReturn.DROP
 
     def first_buffer(self, pad: Any, side: str) -> None:
         """Report the first buffer through ``pad`` as media flowing on ``side``."""
