@@ -6,6 +6,7 @@ namespaces (root), the real page server and link emulator.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 from collections import Counter
@@ -18,6 +19,7 @@ import numpy as np
 import pytest
 
 from latlab.ingest.events import EventTable, load_run
+from latlab.ingest.link_log import read_link_log
 from latlab.lab.browser import CHROMIUM, BrowserError, check_gst_peer
 from latlab.lab.netns import list_namespaces
 from latlab.lab.runner import RunError, run_scenario
@@ -154,6 +156,11 @@ def test_call_with_chromium_traced_both_ways(tmp_path: Path, caller: str) -> Non
     is_rtp = table.probe_column(jitterbuffer, "is_rtp").astype(bool)
     seqs = table.probe_column(jitterbuffer, "seq")[is_rtp]
     assert np.all(np.diff(seqs.astype(np.int64)) % 65536 == 1)  # in order, none lost
+    # only the link addresses (no management address, 10.78.x.x) crossed the link
+    log = read_link_log(out / "links/a-b.lllink")
+    sources = {ipaddress.IPv4Address(int(ip)) for ip in np.unique(log["src_ip"]) if ip}
+    link = ipaddress.ip_network(run["links"][0]["addrs"][0], strict=False)
+    assert sources and all(a in link for a in sources), sources
     assert leftovers(tmp_path) == ([], [])
 
 
