@@ -18,6 +18,11 @@ COLUMNS = (
 )
 
 
+def _titled(title: str) -> Table:
+    """A table with its title on the left and bold headers (every table here)."""
+    return Table(title=title, title_justify="left", header_style="bold")
+
+
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
@@ -36,7 +41,7 @@ def stage_table(stream: dict[str, Any]) -> Table:
         f"{stream['unit']}  ·  lost {stream['lost']}  late {stream['late']}  "
         f"dup {stream['duplicated']}  reordered {stream.get('reordered', 0)}"
     )
-    table = Table(title=title, title_justify="left", header_style="bold")
+    table = _titled(title)
     table.add_column("#", justify="right")
     table.add_column("stage (to probe)")
     table.add_column("kind")
@@ -75,11 +80,7 @@ PHASE_ORDER = ("encode", "mux", "sender", "transport", "buffer", "decode", "rend
 
 def phase_table(stream: dict[str, Any]) -> Table:
     """The phases people budget for (encode, transport, decode, ...), per unit."""
-    table = Table(
-        title="phases (each a distribution of the units' own sums)",
-        title_justify="left",
-        header_style="bold",
-    )
+    table = _titled("phases (each a distribution of the units' own sums)")
     table.add_column("phase")
     table.add_column("from → to")
     for label, _ in COLUMNS:
@@ -109,11 +110,7 @@ INTERVAL_LABELS = {
 
 def interval_table(intervals: dict[str, Any]) -> Table:
     """A browser's own stages, one value per 200 ms stats interval, as distributions."""
-    table = Table(
-        title="in the browser, per stats interval (getStats every 200 ms)",
-        title_justify="left",
-        header_style="bold",
-    )
+    table = _titled("in the browser, per stats interval (getStats every 200 ms)")
     table.add_column("stage")
     table.add_column("intervals", justify="right")
     for label in ("p50", "p90", "p99", "max", "mean"):
@@ -128,11 +125,7 @@ def interval_table(intervals: dict[str, Any]) -> Table:
 
 def adaptation_table(steps: list[dict[str, Any]]) -> Table:
     """Per scheduled link change: the jitter-buffer target before and after, and when it settled."""
-    table = Table(
-        title="adaptation to link changes (jitter-buffer target)",
-        title_justify="left",
-        header_style="bold",
-    )
+    table = _titled("adaptation to link changes (jitter-buffer target)")
     for label in ("at s", "link", "set", "target before ms", "target after ms", "settled after s"):
         table.add_column(label, justify="left" if label in ("link", "set") else "right")
     for step in steps:
@@ -154,11 +147,7 @@ def adaptation_table(steps: list[dict[str, Any]]) -> Table:
 
 def srt_table(entries: list[dict[str, Any]]) -> Table:
     """Per SRT connection end: latency, RTT, the TSBPD prediction and packet counts."""
-    table = Table(
-        title="SRT (srtsink/srtsrc stats, read about every 100 ms)",
-        title_justify="left",
-        header_style="bold",
-    )
+    table = _titled("SRT (srtsink/srtsrc stats, read about every 100 ms)")
     table.add_column("element")
     labels = ("latency ms", "RTT at conn. ms", "RTT p50 ms", "RTT max ms", "TSBPD ms")
     labels += ("sent", "received", "lost", "retrans.", "dropped", "Mbit/s p50")
@@ -191,7 +180,7 @@ def srt_table(entries: list[dict[str, Any]]) -> Table:
 
 def frame_table(frames: dict[str, Any]) -> Table:
     """I- versus P-frames: size, transport time and the wait from first to last byte."""
-    table = Table(title="frame types", title_justify="left", header_style="bold")
+    table = _titled("frame types")
     table.add_column("type")
     table.add_column("frames", justify="right")
     table.add_column("bytes p50", justify="right")
@@ -216,7 +205,7 @@ def frame_table(frames: dict[str, Any]) -> Table:
 
 def distribution(segment: dict[str, Any], label: str) -> Table:
     """A bucket table like the WebRTC study's: value range, count, share."""
-    table = Table(title=label, title_justify="left", header_style="bold")
+    table = _titled(label)
     table.add_column("ms", justify="right")
     table.add_column("count", justify="right")
     table.add_column("share", justify="right")
@@ -267,7 +256,7 @@ def resources_table(resources: dict[str, Any]) -> Table:
             f"  ·  system: {system['interrupts_per_s']:.0f} interrupts/s, "
             f"{system['context_switches_per_s']:.0f} context switches/s"
         )
-    table = Table(title=title, title_justify="left", header_style="bold")
+    table = _titled(title)
     table.add_column("process")
     for label in ("user % mean", "max", "sys % mean", "max", "vol cs/s", "invol cs/s", "threads"):
         table.add_column(label, justify="right")
@@ -287,7 +276,7 @@ def resources_table(resources: dict[str, Any]) -> Table:
 
 def link_traffic_table(link: dict[str, Any]) -> Table:
     """What crossed an emulated link, per direction, protocol and port, busiest first."""
-    table = Table(title=f"link {link['log']}: traffic", title_justify="left", header_style="bold")
+    table = _titled(f"link {link['log']}: traffic")
     for label in ("direction", "protocol", "port"):
         table.add_column(label)
     for label in ("packets/s", "kbit/s", "delivered", "lost", "queue drops"):
