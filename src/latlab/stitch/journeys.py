@@ -93,7 +93,14 @@ def build_journeys(table: EventTable, unit_ms: float = 10.0) -> list[Journeys]:
         built = _stream_journeys(table, columns, path, round(unit_ms * 1e6))
         if built is not None:
             journeys.append(built)
-    return journeys
+    return _drop_dead_ends(journeys)
+
+
+def _drop_dead_ends(journeys: list[Journeys]) -> list[Journeys]:
+    """Leave out paths no unit completed when another from the same origin has some
+    (inside webrtcbin an RTP path also reaches the RTCP pads, which carry no media)."""
+    alive = {j.probe_names[0] for j in journeys if j.complete.any()}
+    return [j for j in journeys if j.complete.any() or j.probe_names[0] not in alive]
 
 
 def _stream_journeys(

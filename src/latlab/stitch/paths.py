@@ -15,10 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from latlab.ingest.events import EventTable, Probe
-from latlab.ingest.trace_format import Kind
+from latlab.ingest.trace_format import Kind, PadFlag
 from latlab.stitch.mpegts import TS_DEMUXERS, TS_MUXERS, demux_pad_carries, pes_keys, pid_of_mux_pad
 
 MAX_PATH_LENGTH = 256
+NETWORK_SOURCES = {"nicesrc", "udpsrc", "srtsrc", "tcpclientsrc", "ristsrc", "latlab-linkemu"}
+MAX_WALK_STEPS = 20_000  # a graph of bins can have more paths than are worth listing
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,7 @@ class _Index:
 
     def __init__(self, table: EventTable) -> None:
         self.table = table
+        self.steps = 0  # walk steps taken
         self.counts = np.array([table.probe_count(p.index) for p in table.probes])
         self.is_rtp = np.zeros(len(table.probes), bool)
         self.ssrcs: dict[int, set[int]] = {}
@@ -78,6 +81,7 @@ def find_paths(table: EventTable) -> list[StreamPath]:
         if _is_media_origin(probe, index):
             for probes, via in _walk(index, probe, _Via(), depth=0):
                 paths.append(StreamPath(tuple(probes), via.ssrc, via.pid))
+    paths = _best_per_route(paths, index.counts)
     if not paths:  # receive-only traces: start at a source that carried RTP
         for probe in table.probes:
             if probe.element_is_source and index.is_rtp[probe.index]:
@@ -87,18 +91,41 @@ def find_paths(table: EventTable) -> list[StreamPath]:
     return paths
 
 
+def _best_per_route(paths: list[StreamPath], counts: np.ndarray) -> list[StreamPath]:
+    """One path per (origin, end, SSRC), as a bin's ghost and proxy pads give several
+    ways through the same elements: the one whose thinnest probe carried most events
+    (a detour through RTCP pads carries few), then the one through most probes."""
+    best: dict[tuple[int, int, int | None], tuple[tuple[int, int], StreamPath]] = {}
+    for path in paths:
+        key = (path.probes[0], path.probes[-1], path.ssrc)
+        score = (int(counts[list(path.probes)].min()), len(path.probes))
+        if key not in best or score > best[key][0]:
+            best[key] = (score, path)
+    return [path for _, path in best.values()]
+
+
 @dataclass(frozen=True)
 class _Via:
-    """What a path crossed processes with so far: an RTP SSRC, or a TS PID."""
+    """What a path crossed processes with so far (an RTP SSRC, or a TS PID) and the
+    processes it has been through (a stream does not come back to one)."""
 
     ssrc: int | None = None
     pid: int | None = None
+    hosts: frozenset[int] = frozenset()
+
+    def leaving(self, process: int, ssrc: int | None = None) -> _Via:
+        """The same crossing after leaving ``process`` (with this SSRC, if given)."""
+        return _Via(self.ssrc if ssrc is None else ssrc, self.pid, self.hosts | {process})
 
 
 def _is_media_origin(probe: Probe, index: _Index) -> bool:
     return (
         probe.kind == Kind.PUSH
         and probe.element_is_source
+        and not probe.pad_flags & PadFlag.GHOST_OR_PROXY  # a bin's pad, not its source's
+        # what arrives from a network was made elsewhere
+        and "Network" not in probe.klass
+        and probe.factory not in NETWORK_SOURCES
         and not index.is_rtp[probe.index]
         and probe.index not in index.pes
         and index.counts[probe.index] > 0
@@ -108,21 +135,39 @@ def _is_media_origin(probe: Probe, index: _Index) -> bool:
 _Continuations = list[tuple[list[int], _Via]]
 
 
-def _walk(index: _Index, probe: Probe, via: _Via, depth: int) -> _Continuations:
-    """All continuations from ``probe`` to a render probe (depth-first)."""
-    if depth > MAX_PATH_LENGTH:
+def _walk(
+    index: _Index,
+    probe: Probe,
+    via: _Via,
+    depth: int,
+    seen: frozenset[int] = frozenset(),
+    packets: frozenset[int] = frozenset(),
+) -> _Continuations:
+    """All continuations from ``probe`` to a render probe (depth-first).
+
+    A probe is visited once per path (a bin's ghost pads lead back into the bin), a
+    pad whose RTP packets share no SSRC with the last RTP pad of the path
+    (``packets``) is not the same stream (webrtcbin's send and receive paths cross the
+    same elements), and the walk gives up after ``MAX_WALK_STEPS`` steps.
+    """
+    index.steps += 1
+    if depth > MAX_PATH_LENGTH or index.steps > MAX_WALK_STEPS:
         return []
     if probe.peer_factory in TS_MUXERS and via.pid is None:
-        via = _Via(via.ssrc, pid_of_mux_pad(probe.peer_pad))
+        via = _Via(via.ssrc, pid_of_mux_pad(probe.peer_pad), via.hosts)
     key = (probe.process, probe.peer_element)
     results: _Continuations = []
     render = index.render.get(key)
     if render is not None:
         results += _after_render(index, probe, render, via, depth)
+    seen = seen | {probe.index}
+    packets = frozenset(index.ssrcs.get(probe.index) or packets)
     for nxt in index.by_element.get(key, []):
-        if nxt.index == probe.index or not _carries(nxt, via):
+        theirs = index.ssrcs.get(nxt.index)
+        other_stream = bool(packets and theirs and packets.isdisjoint(theirs))
+        if nxt.index in seen or other_stream or not _carries(nxt, via):
             continue
-        for rest, rest_via in _walk(index, nxt, via, depth + 1):
+        for rest, rest_via in _walk(index, nxt, via, depth + 1, seen, packets):
             results.append(([probe.index, *rest], rest_via))
     return results
 
@@ -147,9 +192,12 @@ def _after_render(
     for packet_ssrc in sorted(index.ssrcs.get(probe.index, ())):
         if via.ssrc is not None and packet_ssrc != via.ssrc:
             continue
+        onward = via.leaving(probe.process, packet_ssrc)
         for receiver in _receivers(index, probe.process, packet_ssrc):
-            for rest, _ in _walk(index, receiver, _Via(packet_ssrc), depth + 1):
-                results.append(([*here, *rest], _Via(packet_ssrc)))
+            if receiver.process in onward.hosts:
+                continue
+            for rest, _ in _walk(index, receiver, onward, depth + 1):
+                results.append(([*here, *rest], onward))
     return results or [(here, via)]
 
 
@@ -179,8 +227,11 @@ def _across_ts(
     elif links:
         candidates = links
     results: _Continuations = []
+    onward = via.leaving(probe.process)
     for receiver in candidates:
-        for rest, _ in _walk(index, receiver, via, depth + 1):
+        if receiver.process in onward.hosts:
+            continue
+        for rest, _ in _walk(index, receiver, onward, depth + 1):
             results.append(([*here, *rest], via))
     return results or [(here, via)]
 
