@@ -559,12 +559,6 @@ class BrowserLab:
 
     def describe_browser(self, proc: Process, child: ChildProcess) -> dict[str, Any]:
         """The browser's part of its run.json process entry."""
-        peer = self.tracker.state(proc.name)
-        origin = child.started_ns or 0
-
-        def since(ns: int | None) -> float | None:
-            return None if ns is None or not origin else round((ns - origin) / 1e9, 6)
-
         return {
             "browser": proc.browser,
             "binary": str(CHROMIUM),
@@ -576,16 +570,22 @@ class BrowserLab:
             "user_data_dir": str((self.records_dir / PROFILES_DIR / proc.name)
                                  .relative_to(self.run_dir)),
             "records": f"{BROWSERS_DIR}/{proc.name}.jsonl",
-            "call": (call.name if (call := self.scenario.call_of(proc.name)) else None),
-            "hello_s": since(peer.hello_ns),
-            "media_s": since(peer.media_ns),
-            "states": dict(peer.states),
-            "cpu_at_ready_s": self.cpu_at_ready.get(proc.name),
-            "cpu_s": self.cpu_at_stop.get(proc.name),
+            **self._peer_progress(proc, child),
         }  # fmt: skip
 
     def describe_webrtc(self, proc: Process, child: ChildProcess) -> dict[str, Any]:
         """The webrtcbin peer's part of its run.json process entry."""
+        return {
+            "webrtc": proc.webrtc,
+            "program": str(GST_PEER),
+            "audio_caps": proc.audio_caps,
+            "jitterbuffer_ms": proc.jitterbuffer_ms,
+            "records": f"{WEBRTC_DIR}/{proc.name}.jsonl",
+            **self._peer_progress(proc, child),
+        }
+
+    def _peer_progress(self, proc: Process, child: ChildProcess) -> dict[str, Any]:
+        """A call peer's call, start-up milestones (s after launch), states and CPU time."""
         peer = self.tracker.state(proc.name)
         origin = child.started_ns or 0
 
@@ -593,11 +593,6 @@ class BrowserLab:
             return None if ns is None or not origin else round((ns - origin) / 1e9, 6)
 
         return {
-            "webrtc": proc.webrtc,
-            "program": str(GST_PEER),
-            "audio_caps": proc.audio_caps,
-            "jitterbuffer_ms": proc.jitterbuffer_ms,
-            "records": f"{WEBRTC_DIR}/{proc.name}.jsonl",
             "call": (call.name if (call := self.scenario.call_of(proc.name)) else None),
             "hello_s": since(peer.hello_ns),
             "media_s": since(peer.media_ns),
