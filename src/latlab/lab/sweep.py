@@ -188,6 +188,7 @@ def _stream_figures(stream: dict[str, Any], analysis: StreamAnalysis) -> dict[st
         ],
         "kinds": _kinds(analysis),
         "phases": {name: _pick(phase) for name, phase in stream.get("phases", {}).items()},
+        "intervals": {name: _pick(f) for name, f in stream.get("intervals", {}).items()},
     }
 
 

@@ -53,6 +53,18 @@ def _value(value: Any) -> str:
     return str(value)
 
 
+INTERVAL_COLUMNS = {  # browser stages per stats interval shown in a sweep, p50
+    "jitter_buffer": "jitter\nbuffer",
+    "jitter_buffer_target": "JB\ntarget",
+    "capture_to_playout": "capture\n->playout",
+}
+
+
+def _interval_names(points: list[dict[str, Any]]) -> list[str]:
+    seen = {n for p in points for s in p.get("streams", []) for n in s.get("intervals", {})}
+    return [n for n in INTERVAL_COLUMNS if n in seen]
+
+
 def comparison_table(sweep: dict[str, Any]) -> Table:
     """Per point: its values, end-to-end p50/p99, p50 per segment kind, lost, late (, CPU)."""
     points = sweep.get("points", [])
@@ -61,6 +73,7 @@ def comparison_table(sweep: dict[str, Any]) -> Table:
     many_streams = any(len(p.get("streams", [])) > 1 for p in points)
     with_cpu = any(p.get("resources") for p in points)
     with_residual = _has_residual(points)
+    intervals = _interval_names(points)
     failed = sum(p["status"] != "ok" for p in points)
     title = (
         f"sweep {sweep.get('name', '')}  ·  {sweep.get('sweep', {}).get('mode', '')}  ·  "
@@ -79,8 +92,11 @@ def comparison_table(sweep: dict[str, Any]) -> Table:
     headers += [*(LABELS.get(k, k) for k in kinds), "lost", "late"]
     headers += ["CPU\n%"] if with_cpu else []
     headers += RESIDUAL_HEADERS if with_residual else []
+    headers += [INTERVAL_COLUMNS[n] for n in intervals]
     rows = [
-        r for p in points for r in _rows(p, names, kinds, many_streams, with_cpu, with_residual)
+        r
+        for p in points
+        for r in _rows(p, names, kinds, many_streams, with_cpu, with_residual, intervals)
     ]
     for i, header in enumerate(headers):  # wide enough that no figure is cut
         cells = [len(row[i]) if isinstance(row[i], str) else row[i].cell_len for row in rows]
@@ -92,6 +108,12 @@ def comparison_table(sweep: dict[str, Any]) -> Table:
         "ms; each segment kind: p50 of the time a unit spent in all segments of that kind"
         + ("; CPU: all processes, % of one core" if with_cpu else "")
         + (RESIDUAL_CAPTION if with_residual else "")
+        + (
+            "; jitter buffer, JB target, capture->playout: the browser's stats, p50 over its "
+            "200 ms intervals"
+            if intervals
+            else ""
+        )
     )
     table.caption_justify = "left"
     return table
@@ -104,12 +126,13 @@ def _rows(
     many: bool,
     cpu: bool,
     residual: bool = False,
+    intervals: tuple[str, ...] | list[str] = (),
 ) -> list[list[Any]]:
     values = [_value(point.get("values", {}).get(n, "")) for n in names]
     streams = point.get("streams", [])
     if point["status"] != "ok" or not streams:
         width = 2 + len(kinds) + 2 + int(many) + int(cpu)
-        width += len(RESIDUAL_HEADERS) if residual else 0
+        width += (len(RESIDUAL_HEADERS) if residual else 0) + len(intervals)
         status = point["status"] if point["status"] != "ok" else "no streams"
         return [[*values, Text(status, style="bold red"), *([""] * (width - 1))]]
     rows = []
@@ -125,6 +148,7 @@ def _rows(
             row.append("-" if total is None else f"{total:.1f}")
         if residual:
             row += _residual_cells(stream)
+        row += [_ms(stream.get("intervals", {}).get(n, {}).get("p50_ms")) for n in intervals]
         rows.append(row)
     return rows
 
