@@ -26,7 +26,7 @@ BASELINE_WINDOW_NS = 2_000_000_000
 def timeline(sender: BrowserLog, receiver: BrowserLog, ssrc: int) -> dict[str, np.ndarray]:
     """Per stats interval: its end (CLOCK_MONOTONIC ns), jitter buffer and target (ms),
     and the sender's rate (kbit/s, from its own stats nearest in time)."""
-    rx = _counters(receiver, "inbound-rtp", ssrc, JB_COUNTERS)
+    rx = receiver.stats_counters("inbound-rtp", ssrc, JB_COUNTERS)
     out: dict[str, np.ndarray] = {"t_ns": np.empty(0, np.int64)}
     if len(rx) >= 2:
         delta = np.diff(rx[:, 1:], axis=0)
@@ -37,7 +37,7 @@ def timeline(sender: BrowserLog, receiver: BrowserLog, ssrc: int) -> dict[str, n
             "jitter_buffer_ms": delta[:, 0] / emitted * 1000,
             "target_ms": delta[:, 2] / emitted * 1000,
         }
-    tx = _counters(sender, "outbound-rtp", ssrc, ("bytesSent",))
+    tx = sender.stats_counters("outbound-rtp", ssrc, ("bytesSent",))
     if len(tx) >= 2 and len(out["t_ns"]):
         rate = np.diff(tx[:, 1]) * 8 / (np.diff(tx[:, 0]) / 1e9) / 1000
         idx = np.clip(np.searchsorted(tx[1:, 0], out["t_ns"]), 0, len(rate) - 1)
@@ -46,18 +46,6 @@ def timeline(sender: BrowserLog, receiver: BrowserLog, ssrc: int) -> dict[str, n
 
 
 JB_COUNTERS = ("jitterBufferDelay", "jitterBufferEmittedCount", "jitterBufferTargetDelay")
-
-
-def _counters(log: BrowserLog, kind: str, ssrc: int, names: tuple[str, ...]) -> np.ndarray:
-    """Rows of (t_ns, *counters) of the report of that kind and SSRC, in time order."""
-    rows = []
-    for t_ns, reports in sorted(log.stats, key=lambda s: s[0]):
-        for report in reports:
-            if report.get("type") == kind and report.get("ssrc") == ssrc:
-                values = [report.get(n) for n in names]
-                if all(isinstance(v, int | float) for v in values):
-                    rows.append((t_ns, *values))
-    return np.array(rows, np.float64).reshape(-1, len(names) + 1)
 
 
 def schedule_steps(links: list[LinkLog]) -> list[dict[str, Any]]:

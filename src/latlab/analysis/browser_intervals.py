@@ -48,32 +48,17 @@ def interval_figures(sender: BrowserLog, receiver: BrowserLog, ssrc: int) -> dic
     out: dict[str, Any] = {}
     for name, (kind, num, den, scale) in RATIOS.items():
         log = sender if kind == "outbound-rtp" else receiver
-        values = _ratios(_series(log, kind, ssrc, num, den), scale)
+        values = _ratios(log.stats_counters(kind, ssrc, (num, den))[:, 1:], scale)
         if len(values):
             out[name] = _describe(values)
     for name, (kind, part, whole) in SHARES.items():
-        values = _ratios(_series(receiver, kind, ssrc, part, whole), 100.0)
+        values = _ratios(receiver.stats_counters(kind, ssrc, (part, whole))[:, 1:], 100.0)
         if len(values):
             out[name] = _describe(values)  # in %, not ms
     e2e = capture_to_playout_ms(receiver, ssrc)
     if len(e2e):
         out["capture_to_playout"] = _describe(e2e)
     return out
-
-
-def _series(log: BrowserLog, kind: str, ssrc: int, numerator: str, denominator: str) -> np.ndarray:
-    """(numerator, denominator) of every stats sample, in time order; ssrc-matched for RTP."""
-    rows = []
-    for _, reports in sorted(log.stats, key=lambda s: s[0]):
-        for report in reports:
-            if report.get("type") != kind:
-                continue
-            if "ssrc" in report and report["ssrc"] != ssrc:
-                continue
-            num, den = report.get(numerator), report.get(denominator)
-            if isinstance(num, int | float) and isinstance(den, int | float):
-                rows.append((float(num), float(den)))
-    return np.array(rows, np.float64).reshape(-1, 2)
 
 
 def _ratios(series: np.ndarray, scale: float) -> np.ndarray:

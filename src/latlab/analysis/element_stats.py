@@ -51,21 +51,6 @@ def stats_table(table: EventTable) -> pa.Table:
     return pa.table(columns)
 
 
-def series(
-    stats: pa.Table, process: str, element: str, field: str
-) -> tuple[np.ndarray, np.ndarray]:
-    """(t_ns, value) of one field of one element, in time order."""
-    mask = np.asarray(
-        (stats["process"].to_numpy(zero_copy_only=False) == process)
-        & (stats["element"].to_numpy(zero_copy_only=False) == element)
-        & (stats["field"].to_numpy(zero_copy_only=False) == field)
-    )
-    t_ns = stats["t_ns"].to_numpy()[mask]
-    value = stats["value"].to_numpy()[mask]
-    order = np.argsort(t_ns, kind="stable")
-    return t_ns[order], value[order]
-
-
 SRT_COUNTERS = (
     "packets-sent",
     "packets-sent-lost",

@@ -63,11 +63,11 @@ def _link_measures(stream: StreamAnalysis) -> dict[str, np.ndarray]:
     j = stream.journeys
     complete = j.complete
     out: dict[str, np.ndarray] = {}
+    columns = {n: i for i, n in enumerate(j.probe_names)}
     for name, last_out in j.extra.items():
         if not (name.startswith("link/") and name.endswith(":out" + LAST_BYTE)):
             continue
         link = name.removesuffix(":out" + LAST_BYTE)
-        columns = {n: i for i, n in enumerate(j.probe_names)}
         first_in = columns.get(f"{link}:in{FIRST_BYTE}")
         first_out = columns.get(f"{link}:out{FIRST_BYTE}")
         if first_in is None or first_out is None:

@@ -56,9 +56,18 @@ class BrowserLog:
     console: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
 
-    def page_to_mono(self, page_ms: float | None) -> int:
-        """A page time (ms) on CLOCK_MONOTONIC (ns); MISSING for none."""
-        return MISSING if page_ms is None else round(page_ms * 1e6) + self.offset_ns
+    def stats_counters(self, kind: str, ssrc: int, names: tuple[str, ...]) -> np.ndarray:
+        """Rows of (t_ns, *counters) of the ``getStats()`` reports of that type, in time
+        order: those of the SSRC, or that name none (``media-playout``), and hold all."""
+        rows = []
+        for t_ns, reports in sorted(self.stats, key=lambda s: s[0]):
+            for report in reports:
+                if report.get("type") != kind or report.get("ssrc", ssrc) != ssrc:
+                    continue
+                values = [report.get(n) for n in names]
+                if all(isinstance(v, int | float) for v in values):
+                    rows.append((t_ns, *values))
+        return np.array(rows, np.float64).reshape(-1, len(names) + 1)
 
 
 def read_browser_logs(run_dir: Path) -> list[BrowserLog]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from latlab.ingest.counters import unwrap
 from latlab.ingest.trace_format import EVENT_DTYPE
 
 PES_KIND = 3
@@ -50,10 +51,6 @@ class PesTable:
         """The rows where ``mask`` is true."""
         return PesTable(**{name: getattr(self, name)[mask] for name in _FIELDS})
 
-    def pids(self) -> list[int]:
-        """The PIDs that carried PES, ascending."""
-        return [int(p) for p in np.unique(self.pid)]
-
 
 _FIELDS = tuple(PesTable.__dataclass_fields__)
 
@@ -87,9 +84,4 @@ def empty_pes_table() -> PesTable:
 
 def ticks_to_ns(ticks: np.ndarray) -> np.ndarray:
     """90 kHz ticks to nanoseconds, unwrapping the 33-bit counter along the array's order."""
-    unwrapped = ticks.astype(np.int64).copy()
-    if len(unwrapped) > 1:
-        step = np.diff(unwrapped)
-        wraps = np.cumsum((step < -PTS_WRAP // 2).astype(np.int64) - (step > PTS_WRAP // 2))
-        unwrapped[1:] += wraps * PTS_WRAP
-    return unwrapped * 100_000 // 9
+    return unwrap(ticks, PTS_WRAP) * 100_000 // 9

@@ -18,6 +18,7 @@ import itertools
 import numpy as np
 
 from latlab.ingest.browser_records import BrowserFrames, BrowserLog
+from latlab.ingest.counters import unwrap
 from latlab.ingest.events import EventTable
 from latlab.stitch.journeys import Journeys
 from latlab.stitch.paths import StreamPath
@@ -50,9 +51,9 @@ def _direction(
     table: EventTable | None,
 ) -> Journeys | None:
     sent, got = sent.select(sent.ssrc == ssrc), got.select(got.ssrc == ssrc)
-    order = np.argsort(_unwrap(sent.rtp_ts), kind="stable")
+    order = np.argsort(unwrap(sent.rtp_ts, RTP_WRAP), kind="stable")
     sent = sent.select(order)
-    rtp = _unwrap(sent.rtp_ts)
+    rtp = unwrap(sent.rtp_ts, RTP_WRAP)
     keep = np.concatenate([[True], rtp[1:] != rtp[:-1]])  # one unit per frame
     sent, rtp = sent.select(keep), rtp[keep]
     if len(rtp) < 2:
@@ -91,16 +92,6 @@ def _direction(
         probe_klass=[""] * len(names),
         unit_is_frame=True,
     )
-
-
-def _unwrap(rtp_ts: np.ndarray) -> np.ndarray:
-    """RTP timestamps unwrapped along their order."""
-    values = rtp_ts.astype(np.int64)
-    if len(values) < 2:
-        return values
-    step = np.diff(values)
-    wraps = np.cumsum((step < -RTP_WRAP // 2).astype(np.int64) - (step > RTP_WRAP // 2))
-    return np.concatenate([values[:1], values[1:] + wraps * RTP_WRAP])
 
 
 def _lookup(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:

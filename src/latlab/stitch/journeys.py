@@ -15,6 +15,7 @@ from functools import cached_property
 
 import numpy as np
 
+from latlab.ingest.counters import unwrap
 from latlab.ingest.events import EventTable, Probe
 from latlab.ingest.trace_reader import ClockRecord
 from latlab.ingest.workers import parallel_map
@@ -396,8 +397,5 @@ def _reordered(ev: ProbeEvents) -> int:
     """Packets that arrived after a packet with a higher (unwrapped) sequence number."""
     if len(ev.t_ns) < 2:
         return 0
-    seq = ev.seq[np.argsort(ev.t_ns, kind="stable")].astype(np.int64)
-    step = np.diff(seq)
-    step = np.where(step < -32768, step + 65536, np.where(step > 32768, step - 65536, step))
-    extended = np.concatenate([[0], np.cumsum(step)])
+    extended = unwrap(ev.seq[np.argsort(ev.t_ns, kind="stable")], 1 << 16)
     return int(np.sum(extended[1:] < np.maximum.accumulate(extended)[:-1]))

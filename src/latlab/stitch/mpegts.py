@@ -167,10 +167,7 @@ def _snap(values: np.ndarray, grid: np.ndarray) -> np.ndarray:
     """Each value replaced by the nearest grid point within tolerance, else MISSING."""
     if not len(grid):
         return np.full(len(values), MISSING, np.int64)
-    i = np.clip(np.searchsorted(grid, values), 1, max(len(grid) - 1, 1))
-    lower = grid[i - 1]
-    upper = grid[np.minimum(i, len(grid) - 1)]
-    nearest = np.where(np.abs(values - lower) <= np.abs(upper - values), lower, upper)
+    nearest = grid[_nearest(grid, values)]
     return np.where(np.abs(nearest - values) <= SNAP_TOLERANCE_NS, nearest, MISSING)
 
 

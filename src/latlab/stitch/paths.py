@@ -204,11 +204,7 @@ def _after_render(
 def _across_ts(
     index: _Index, probe: Probe, here: list[int], via: _Via, depth: int
 ) -> _Continuations:
-    """Cross to the sources in other processes that received the same PES starts.
-
-    From a host the next hop is the emulated link when one carried them; from a
-    link it is a host.
-    """
+    """Cross to the sources in other processes that received the same PES starts."""
     keys = index.pes[probe.index]
     if via.pid is not None:
         keys = keys[(keys >> 33) == via.pid]
@@ -220,15 +216,9 @@ def _across_ts(
         and receiver.element_is_source
         and len(np.intersect1d(keys, index.pes[receiver.index], assume_unique=True))
     ]
-    processes = index.table.processes
-    links = [p for p in candidates if processes[p.process].kind == "link"]
-    if processes[probe.process].kind == "link":
-        candidates = [p for p in candidates if processes[p.process].kind != "link"]
-    elif links:
-        candidates = links
     results: _Continuations = []
     onward = via.leaving(probe.process)
-    for receiver in candidates:
+    for receiver in _next_hop(index, probe.process, candidates):
         if receiver.process in onward.hosts:
             continue
         for rest, _ in _walk(index, receiver, onward, depth + 1):
@@ -237,12 +227,7 @@ def _across_ts(
 
 
 def _receivers(index: _Index, sender_process: int, ssrc: int) -> list[Probe]:
-    """The next hop of ``ssrc``'s packets: source pads in other processes that carried them.
-
-    From a host the next hop is the emulated link when one carried the packets;
-    from a link it is a host.
-    """
-    processes = index.table.processes
+    """The next hop of ``ssrc``'s packets: source pads in other processes that carried them."""
     candidates = [
         p
         for p in index.table.probes
@@ -250,8 +235,14 @@ def _receivers(index: _Index, sender_process: int, ssrc: int) -> list[Probe]:
         and p.element_is_source
         and ssrc in index.ssrcs.get(p.index, ())
     ]
-    from_link = processes[sender_process].kind == "link"
+    return _next_hop(index, sender_process, candidates)
+
+
+def _next_hop(index: _Index, sender_process: int, candidates: list[Probe]) -> list[Probe]:
+    """Of the sources that saw a stream, the next hop from ``sender_process``: from a host
+    the emulated link when one carried it (else the hosts), from a link a host."""
+    processes = index.table.processes
     links = [p for p in candidates if processes[p.process].kind == "link"]
-    if from_link:
+    if processes[sender_process].kind == "link":
         return [p for p in candidates if processes[p.process].kind != "link"]
     return links or candidates
