@@ -1,4 +1,4 @@
-"""latlab command line: ``run``, ``record`` and ``report``."""
+"""latlab command line: ``run``, ``record``, ``report``, ``export``, ``compare``, ``check``."""
 
 from __future__ import annotations
 
@@ -163,6 +163,103 @@ def report(
         sys.stdout.write(json.dumps(summary, indent=1) + "\n")
         return
     render_summary(summary, console, distributions=distributions, cadence=cadence)
+
+
+def _report_input_error(exc: ValueError) -> typer.Exit:
+    """A mistake in what a report command was given: one line, exit 2."""
+    err_console.print(f"latlab: error: {exc}", highlight=False, markup=False, soft_wrap=True)
+    return typer.Exit(2)
+
+
+@app.command()
+def export(
+    run_dir: Annotated[str, typer.Argument(help="Run directory (or SWEEPDIR:POINT).")],
+    perfetto: Annotated[
+        Path | None,
+        typer.Option("--perfetto", help="Write a trace for ui.perfetto.dev (trace-event JSON)."),
+    ] = None,
+    unit_ms: UnitMs = None,
+) -> None:
+    """Export a run's journeys: a slice per unit per segment, flow arrows along each unit."""
+    from latlab.report.compare import ReportInputError, resolve_run
+    from latlab.report.perfetto import export_perfetto
+
+    if perfetto is None:
+        raise typer.BadParameter("give the trace to write: --perfetto OUT.json")
+    try:
+        run = resolve_run(run_dir)
+    except ReportInputError as exc:
+        raise _report_input_error(exc) from None
+    result = export_perfetto(run.path, perfetto, unit_ms)
+    console.print(
+        f"{result.path}: {result.slices} slices of {result.units} units in {result.streams} "
+        f"stream(s), {result.flows} flows, {result.tracks} tracks in {result.processes} "
+        f"processes ({result.bytes / 1e6:.1f} MB); open it in ui.perfetto.dev",
+        highlight=False,
+    )
+
+
+@app.command()
+def compare(
+    a: Annotated[str, typer.Argument(help="Run directory A (or SWEEPDIR:POINT).")],
+    b: Annotated[str, typer.Argument(help="Run directory B (or SWEEPDIR:POINT).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the comparison as JSON.")] = False,
+    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.", min=100)] = 2000,
+    confidence: Annotated[
+        float, typer.Option(help="Confidence of the intervals.", min=0.5, max=0.999)
+    ] = 0.95,
+    seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 20261122,
+    unit_ms: UnitMs = None,
+) -> None:
+    """B - A per segment and end to end at p50, p99 and mean, with bootstrap intervals."""
+    from latlab.report.compare import ReportInputError, compare_runs, render_comparison
+
+    try:
+        result = compare_runs(
+            a, b, unit_ms=unit_ms, resamples=resamples, confidence=confidence, seed=seed
+        )
+    except ReportInputError as exc:
+        raise _report_input_error(exc) from None
+    if as_json:
+        sys.stdout.write(json.dumps(result.to_json(), indent=1) + "\n")
+        return
+    render_comparison(result, console)
+
+
+@app.command()
+def check(
+    run_dir: Annotated[str, typer.Argument(help="Run directory (or SWEEPDIR:POINT).")],
+    budget: Annotated[
+        list[str],
+        typer.Option(
+            "--budget",
+            "-b",
+            help='[STREAM@]METRIC.STAT<VALUE UNIT, e.g. "e2e.p99<40ms"; repeat for more.',
+        ),
+    ],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+    unit_ms: UnitMs = None,
+) -> None:
+    """Latency budgets for CI: exit 1 naming the budgets exceeded, 2 on a bad budget."""
+    from latlab.pipeline import analyze_run
+    from latlab.report.budget import check_budgets, failures_line, parse_budget, render_check
+    from latlab.report.compare import ReportInputError, resolve_run
+
+    try:
+        budgets = [parse_budget(text) for text in budget]
+        run = resolve_run(run_dir)
+        _, _, streams = analyze_run(run.path, unit_ms, write=False)
+        results = check_budgets(budgets, streams)
+    except ReportInputError as exc:
+        raise _report_input_error(exc) from None
+    if as_json:
+        sys.stdout.write(json.dumps([r.to_json() for r in results], indent=1) + "\n")
+    else:
+        render_check(results, console)
+    failed = failures_line(results)
+    if failed:
+        err_console.print(f"latlab: {failed}", highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(1)
 
 
 lab_app = typer.Typer(
