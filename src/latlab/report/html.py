@@ -1,0 +1,289 @@
+"""``latlab report DIR --html [OUT]``: one self-contained HTML file with plots and findings.
+
+The page needs nothing from the network: the data is a JSON block and the charts are
+drawn by a small canvas renderer (``assets/report.js``) inlined into the file. Every
+text that came from traces (element, probe, process names) is escaped here with
+:func:`html.escape`, and the renderer only ever sets text (``textContent``,
+``fillText``), never markup.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from latlab import __version__
+from latlab.analysis.segments import StreamAnalysis
+from latlab.report.findings import Finding
+from latlab.report.html_data import MAX_POINTS, run_model, to_json
+from latlab.report.html_sweep import sweep_model
+
+ASSETS = Path(__file__).with_name("assets")
+REPORT_FILE = "report.html"
+STAT_COLUMNS = (
+    ("p50", "p50_ms"),
+    ("p90", "p90_ms"),
+    ("p99", "p99_ms"),
+    ("p99.9", "p999_ms"),
+    ("max", "max_ms"),
+    ("mean", "mean_ms"),
+)
+
+
+def esc(value: Any) -> str:
+    """Text for HTML content and attribute values."""
+    return html.escape(str(value), quote=True)
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _asset(name: str) -> str:
+    return (ASSETS / name).read_text()
+
+
+def figure(anchor: str, chart: str, source: str, caption: str, tall: bool = False) -> str:
+    """A chart placeholder the renderer fills: its id is the anchor findings link to."""
+    size = " tall" if tall else ""
+    return (
+        f'<figure class="chart{size}" id="{esc(anchor)}" data-chart="{esc(chart)}" '
+        f'data-src="{esc(source)}"><figcaption>{caption}</figcaption>'
+        f'<canvas role="img" aria-label="{esc(chart)}"></canvas></figure>'
+    )
+
+
+def findings_list(groups: Iterable[tuple[str, Sequence[Finding]]]) -> str:
+    """The findings, grouped per stream, each linking to its plot."""
+    items = []
+    for label, found in groups:
+        if not found:
+            continue
+        head = f'<h3>{esc(label)}</h3><ul class="findings">' if label else '<ul class="findings">'
+        rows = [
+            f'<li class="finding {esc(f.topic)}{" notable" if f.notable else ""}">'
+            f'<span class="topic">{esc(f.topic)}</span> {esc(f.text)} '
+            f'<a class="see" href="#{esc(f.anchor)}">see plot</a></li>'
+            for f in found
+        ]
+        items.append(head + "".join(rows) + "</ul>")
+    body = "".join(items) or "<p>No findings.</p>"
+    return f'<section id="findings"><h2>Findings</h2>{body}</section>'
+
+
+def stage_table(stream: dict[str, Any]) -> str:
+    """The per-stage table of one stream (as in the terminal report)."""
+    head = "".join(f"<th>{label} ms</th>" for label, _ in STAT_COLUMNS)
+    rows = []
+    previous = None
+    for i, seg in enumerate(stream["segments"], 1):
+        name = seg["to"]
+        if previous and name.split("/", 1)[0] == previous.split("/", 1)[0]:
+            name = name.split("/", 1)[1]
+        cells = "".join(f"<td>{_ms(seg.get(key))}</td>" for _, key in STAT_COLUMNS)
+        rows.append(f"<tr><td>{i}</td><td>{esc(name)}</td><td>{esc(seg['kind'])}</td>{cells}</tr>")
+        previous = seg["to"]
+    e2e = stream["end_to_end"]
+    cells = "".join(f"<td>{_ms(e2e.get(key))}</td>" for _, key in STAT_COLUMNS)
+    rows.append(f'<tr class="total"><td></td><td>end to end</td><td></td>{cells}</tr>')
+    return (
+        '<table class="stats"><thead><tr><th>#</th><th>stage (to probe)</th><th>kind</th>'
+        f"{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def stream_charts(model: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(anchor suffix, chart, caption) of each chart a stream has data for, in page order."""
+    tail = model["tail"] or {}
+    charts = [
+        ("waterfall", "waterfall", "Journey waterfall: each segment's p50 (dark) and p99 (light) "
+         "along the path, each starting where the previous one's ended."),
+        ("tail", "tail", "Where the tail comes from: mean time per segment of the median units "
+         f"({tail.get('median_units')} units between p45 and p55) and of the worst 1 % "
+         f"({tail.get('worst_units')} units) by end to end."),
+        ("scatter", "scatter", "Each unit's time at every probe relative to the first probe, "
+         "over the run; one colour per probe (repeated lines are doubled periods)."),
+        ("e2e", "e2e", "End-to-end latency of every complete unit over the run."),
+        ("loss", "loss", "Units that did not complete their journey (lost or late), per "
+         f"{model['loss']['bin_s']:g} s."),
+        ("conceal", "concealment", "Concealed samples, % of received, per browser stats "
+         "interval."),
+        ("jb", "jitter_buffer", "Browser jitter buffer: delay and target per stats interval."),
+    ]  # fmt: skip
+    return [c for c in charts if model.get(c[1])]
+
+
+def stream_section(index: int, model: dict[str, Any], stream: dict[str, Any]) -> str:
+    """Tables and charts of one stream."""
+    p = model["anchor"]
+    src = f"streams.{index}"
+    title = (
+        f"{esc(model['id'])} <small>{model['complete_units']}/{model['units']} units of "
+        f"{model['unit_ms']:g} ms · lost {stream['lost']} · late {stream['late']}</small>"
+    )
+    parts = [f'<section class="stream" id="{esc(p)}"><h2>{title}</h2>', stage_table(stream)]
+    for name, chart, caption in stream_charts(model):
+        parts.append(
+            figure(f"{p}-{name}", chart, f"{src}.{chart}", caption, tall=chart == "scatter")
+        )
+    dists = [
+        figure(f"{p}-dist-{k}", "distribution", f"{src}.distributions.{k}",
+               f"{esc(d['title'])} <small>({esc(d['kind'])})</small>")
+        for k, d in enumerate(model["distributions"])
+    ]  # fmt: skip
+    if dists:
+        parts.append(
+            f'<h3 id="{esc(p)}-dists">Distributions per segment: histogram (bars over the bulk; '
+            "outliers in the end bins) and CDF (line)</h3>"
+            f'<div class="grid">{"".join(dists)}</div>'
+        )
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def traces_table(traces: list[dict[str, Any]]) -> str:
+    """Traced processes: configured pipeline latency and problems."""
+    rows = "".join(
+        f"<tr><td>{esc(t['process'])}</td><td>{esc(t['file'])}</td>"
+        f"<td>{_ms(t.get('configured_latency_ms'))}</td>"
+        f"<td>{esc('; '.join(t.get('problems') or []) or '-')}</td></tr>"
+        for t in traces
+    )
+    return (
+        '<section id="traces"><h2>Traces</h2><table class="stats"><thead><tr><th>process</th>'
+        "<th>file</th><th>configured latency ms</th><th>problems</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></section>"
+    )
+
+
+def page(title: str, subtitle: str, body: str, model: dict[str, Any]) -> str:
+    """The whole document: CSS, body, data and renderer inline."""
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>{esc(title)}</title><style>{_asset('report.css')}</style></head>"
+        f"<body><header><h1>{esc(title)}</h1><p>{subtitle}</p></header><main>{body}</main>"
+        f"<footer>latlab {esc(__version__)}</footer>"
+        f'<script type="application/json" id="latlab-data">{to_json(model)}</script>'
+        f"<script>{_asset('report.js')}</script></body></html>\n"
+    )
+
+
+def run_html(
+    run_dir: Path,
+    meta: dict[str, Any],
+    summary: dict[str, Any],
+    streams: Sequence[StreamAnalysis],
+    max_points: int = MAX_POINTS,
+) -> str:
+    """The report of one analysed run."""
+    model = run_model(run_dir, meta, summary, streams, max_points)
+    many = len(model["streams"]) > 1
+    groups = [(m["id"] if many else "", m["findings"]) for m in model["streams"]]
+    sections = [
+        stream_section(i, m, s)
+        for i, (m, s) in enumerate(zip(model["streams"], summary["streams"], strict=True))
+    ]
+    if model["cpu"]:
+        sections.append(
+            '<section id="resources"><h2>Resources</h2>'
+            + figure("cpu", "cpu", "cpu", "CPU per process (user + system), % of one core, "
+                     "between consecutive 100 ms samples.") + "</section>"
+        )  # fmt: skip
+    sections.append(traces_table(model["traces"]))
+    run = summary["run"]
+    params = ", ".join(f"{k}={v}" for k, v in (run.get("params") or {}).items())
+    subtitle = esc(
+        f"run {run.get('started_at') or '-'} · {run.get('duration_s', 0):.1f} s measured"
+        + (f" · {params}" if params else "")
+        + (f" · scenario {run['scenario']}" if run.get("scenario") else "")
+    )
+    if not model["streams"]:
+        sections.insert(0, "<p>No stream found in the traces.</p>")
+    body = findings_list(groups) + "".join(sections)
+    return page(f"latlab report: {model['name']}", subtitle, body, model)
+
+
+def sweep_table(model: dict[str, Any]) -> str:
+    """The comparison table: one row per point and stream."""
+    variables = model["variables"]
+    metrics = model["metrics"]
+    head = "".join(f"<th>{esc(v)}</th>" for v in variables) + "<th>stream</th>"
+    head += "".join(f"<th>{esc(m['label'])} <small>{esc(m['unit'])}</small></th>" for m in metrics)
+    rows = []
+    streams = range(len(metrics[0]["series"])) if metrics else range(0)
+    for i, point in enumerate(model["points"]):
+        values = "".join(f"<td>{esc(point['values'].get(v, ''))}</td>" for v in variables)
+        if point["status"] != "ok":
+            error = f": {point['error']}" if point.get("error") else ""
+            rows.append(f'<tr class="failed">{values}<td colspan="{len(metrics) + 1}">'
+                        f"{esc(point['status'] + error)}</td></tr>")  # fmt: skip
+            continue
+        for k in streams:
+            cells = []
+            for m in metrics:
+                series = m["series"][min(k, len(m["series"]) - 1)]  # CPU: one for all
+                value = series["y"][i]
+                cells.append("<td>-</td>" if value is None else f"<td>{value:g}</td>")
+            label = metrics[0]["series"][k]["stream"]
+            rows.append(f"<tr>{values}<td>{esc(label)}</td>{''.join(cells)}</tr>")
+    return (
+        f'<section id="sweep-table"><h2>Comparison</h2><table class="stats"><thead><tr>{head}'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        "<p>Each segment kind: p50 of the time a unit spent in all segments of that kind. "
+        "Open a point's own report with <code>latlab report DIR/points/NAME --html</code>.</p>"
+        "</section>"
+    )
+
+
+def sweep_html(sweep: dict[str, Any]) -> str:
+    """The report of a sweep directory."""
+    model = sweep_model(sweep)
+    charts = "".join(
+        figure(f"sweep-{m['key']}", "sweep_metric", f"metrics.{k}",
+               f"{esc(m['label'])} <small>({esc(m['unit'])})</small> per point")
+        for k, m in enumerate(model["metrics"])
+    )  # fmt: skip
+    body = (
+        findings_list([("", model["findings"])])
+        + sweep_table(model)
+        + '<section id="sweep-charts"><h2>Per metric</h2>'
+        + f'<div class="grid">{charts}</div></section>'
+    )
+    model = {**model, "raw_points": None}
+    subtitle = esc(f"sweep · {model['mode']} · {len(model['points'])} points")
+    return page(f"latlab sweep: {model['name']}", subtitle, body, model)
+
+
+class ReportError(ValueError):
+    """A report that cannot be made from what was given (shown as one line)."""
+
+
+def write_html(text: str, out: Path) -> Path:
+    """Write the report; a directory given as OUT gets report.html inside it."""
+    if out.is_dir():
+        out = out / REPORT_FILE
+    try:
+        out.write_text(text)
+    except OSError as exc:
+        raise ReportError(f"{out}: cannot write the report: {exc.strerror}") from None
+    return out
+
+
+def report_html(run_dir: Path, out: Path | None, unit_ms: float | None = None) -> Path:
+    """Analyse a run (or read a sweep) and write its HTML report; returns the file written."""
+    from latlab.lab.sweep import load_sweep
+    from latlab.pipeline import analyze_run, run_metadata
+
+    target = out or run_dir / REPORT_FILE
+    if (run_dir / "sweep.json").is_file():
+        try:
+            sweep = load_sweep(run_dir)
+        except ValueError as exc:
+            raise ReportError(str(exc)) from None
+        return write_html(sweep_html(sweep), target)
+    summary, _, streams = analyze_run(run_dir, unit_ms)
+    return write_html(run_html(run_dir, run_metadata(run_dir), summary, streams), target)
