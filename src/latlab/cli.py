@@ -203,9 +203,9 @@ def export(
     from latlab.report.compare import ReportInputError, resolve_run
     from latlab.report.perfetto import export_perfetto
 
-    if perfetto is None:
-        raise typer.BadParameter("give the trace to write: --perfetto OUT.json")
     try:
+        if perfetto is None:
+            raise ReportInputError("export: give the trace to write, e.g. --perfetto OUT.json")
         run = resolve_run(run_dir)
     except ReportInputError as exc:
         raise _report_input_error(exc) from None
@@ -353,6 +353,70 @@ def lab_down() -> None:
         f"logs: {state['out_dir']}",
         highlight=False,
     )
+
+
+signal_app = typer.Typer(
+    name="signal",
+    help="Time-coded test audio: generate it, find its codes in a recording.",
+    no_args_is_help=True,
+)
+app.add_typer(signal_app, name="signal")
+
+
+def _signal_error(exc: Exception) -> typer.Exit:
+    err_console.print(f"latlab: error: {exc}", highlight=False, markup=False, soft_wrap=True)
+    return typer.Exit(2)
+
+
+@signal_app.command("generate")
+def signal_generate(
+    out: Annotated[Path, typer.Option("--out", "-o", help="WAV file to write.")],
+    duration: Annotated[float, typer.Option(help="Length in seconds.")] = 60.0,
+    rate: Annotated[int, typer.Option(help="Sample rate in Hz.")] = 48000,
+    interval_ms: Annotated[float, typer.Option(help="Time between codes (>= 97 ms).")] = 200.0,
+    start_ms: Annotated[float, typer.Option(help="Reference instant of the first code.")] = 500.0,
+    level_dbfs: Annotated[float, typer.Option(help="RMS of the codes in dBFS.")] = -20.0,
+    mix: Annotated[Path | None, typer.Option(help="WAV (speech, music) to mix in.")] = None,
+    mix_db: Annotated[float, typer.Option(help="Gain applied to the --mix audio.")] = 0.0,
+) -> None:
+    """Write test audio carrying time codes, and OUT.codes.json (index, reference instant)."""
+    from latlab.signal.commands import GenerateOptions, codes_path, generate_file
+    from latlab.signal.errors import SignalError
+
+    options = GenerateOptions(out, duration, rate, interval_ms, start_ms, level_dbfs, mix, mix_db)
+    try:
+        document = generate_file(options)
+    except SignalError as exc:
+        raise _signal_error(exc) from None
+    console.print(
+        f"{out}: {len(document['codes'])} codes every {interval_ms:g} ms at {rate} Hz; "
+        f"codes: {codes_path(out)}",
+        highlight=False,
+        markup=False,
+    )
+
+
+@signal_app.command("decode")
+def signal_decode(
+    recording: Annotated[Path, typer.Argument(help="Recording (WAV).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the codes as JSON.")] = False,
+    channel: Annotated[int, typer.Option(help="Channel to read (0 = first).")] = 0,
+    allow_clipped: Annotated[
+        bool, typer.Option("--allow-clipped", help="Decode a clipped recording anyway.")
+    ] = False,
+) -> None:
+    """Find every time code in a recording: index, reference instant, confidence."""
+    from latlab.signal.commands import decode_file, render_decoded
+    from latlab.signal.errors import SignalError
+
+    try:
+        document = decode_file(recording, channel, allow_clipped)
+    except SignalError as exc:
+        raise _signal_error(exc) from None
+    if as_json:
+        sys.stdout.write(json.dumps(document) + "\n")
+        return
+    render_decoded(document, console)
 
 
 def main() -> None:
