@@ -115,6 +115,9 @@ def write_perfetto(
 ) -> ExportResult:
     """Write the Chrome trace-event JSON of ``streams`` to ``out``."""
     hosts = {p["name"]: p.get("host", "") for p in run.get("processes", []) if "name" in p}
+    emulated = [link["between"] for link in run.get("links", []) if link.get("log")]
+    if emulated:  # link logs are one process, "link", in the event table
+        hosts["link"] = "link " + ", ".join("-".join(pair) for pair in emulated)
     layout = _Layout(table, hosts)
     result = ExportResult(Path(out), streams=len(streams))
     with open(out, "wb") as f:
