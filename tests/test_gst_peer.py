@@ -24,6 +24,7 @@ from latlab.lab.browser import CHROMIUM, BrowserError, check_gst_peer
 from latlab.lab.netns import list_namespaces
 from latlab.lab.runner import RunError, run_scenario
 from latlab.lab.scenario import ScenarioError, parse_scenario
+from latlab.pipeline import analyze_run
 from latlab.tracer import is_built
 
 
@@ -60,7 +61,9 @@ def needs_gi() -> None:
         pytest.skip(gi_problem())
 
 
-def gst_scenario(*, caller: str = "alice", bob: str = "", duration: float = 5) -> str:
+def gst_scenario(
+    *, caller: str = "alice", bob: str = "", duration: float = 5, delay_ms: float = 30
+) -> str:
     """alice (Chromium, host a) and bob (webrtcbin, host b) in a call over a 30 ms link."""
     callee = "bob" if caller == "alice" else "alice"
     return f"""\
@@ -70,7 +73,7 @@ duration_s = {duration}
 [hosts.b]
 [[links]]
 between = ["a", "b"]
-delay_ms = 30
+delay_ms = {delay_ms}
 [processes.alice]
 host = "a"
 browser = "chromium"
@@ -162,6 +165,45 @@ def test_call_with_chromium_traced_both_ways(tmp_path: Path, caller: str) -> Non
     link = ipaddress.ip_network(run["links"][0]["addrs"][0], strict=False)
     assert sources and all(a in link for a in sources), sources
     assert leftovers(tmp_path) == ([], [])
+    check_one_journey_per_direction(out)
+
+
+def check_one_journey_per_direction(out: Path) -> dict[str, dict[str, Any]]:
+    """Each direction is one stream from capture to playout, across the browser and bob."""
+    summary, _, _ = analyze_run(out)
+    streams = {s["id"].split(" ")[0]: s for s in summary["streams"]}
+    assert {"alice->bob", "bob->alice"} <= set(streams)
+    to_bob, to_alice = streams["alice->bob"], streams["bob->alice"]
+    hops = [(s["from"], s["to"]) for s in to_bob["segments"]]
+    assert hops[0] == ("alice/capture", "alice/sender-transform")
+    assert hops[1] == ("alice/sender-transform", "link/a->b:in")
+    assert hops[-1][1] == "bob/sink:sink"  # played by bob's sink, through webrtcbin
+    assert any(s["kind"] == "jitterbuffer" for s in to_bob["segments"])
+    assert "bob/dec:src" in {s["to"] for s in to_bob["segments"]}
+    hops = [(s["from"], s["to"]) for s in to_alice["segments"]]
+    assert hops[0][0] == "bob/src:capture"
+    assert hops[-1] == ("alice/received", "alice/receiver-transform")
+    assert "jitter_buffer" in to_alice["intervals"]  # alice's stages after her transform
+    assert "jitter_buffer" not in to_bob["intervals"]  # bob is no browser: no getStats
+    for stream in (to_bob, to_alice):
+        assert stream["complete_units"] >= 250  # 10 ms units over ~4 s of media
+    return streams
+
+
+@lab
+def test_planted_link_delay_lands_in_transport_of_mixed_call(tmp_path: Path) -> None:
+    """10 -> 40 ms on the link: both directions' transport phase grows by 30 ms (p50)."""
+    needs_gi()
+    phases = {}
+    for delay in (10, 40):
+        out = tmp_path / f"d{delay}"
+        text = gst_scenario(delay_ms=delay)
+        run_scenario(parse_scenario(text, str(tmp_path / "s.toml")), out, progress=False)
+        streams = check_one_journey_per_direction(out)
+        phases[delay] = {d: streams[d]["phases"]["transport"]["p50_ms"] for d in streams}
+    for direction in ("alice->bob", "bob->alice"):
+        grew = phases[40][direction] - phases[10][direction]
+        assert grew == pytest.approx(30.0, abs=1.0), direction
 
 
 @lab

@@ -23,11 +23,16 @@ LEVEL_WINDOW_NS = 1_000_000_000
 BASELINE_WINDOW_NS = 2_000_000_000
 
 
-def timeline(sender: BrowserLog, receiver: BrowserLog, ssrc: int) -> dict[str, np.ndarray]:
+def timeline(
+    sender: BrowserLog | None, receiver: BrowserLog | None, ssrc: int
+) -> dict[str, np.ndarray]:
     """Per stats interval: its end (CLOCK_MONOTONIC ns), jitter buffer and target (ms),
-    and the sender's rate (kbit/s, from its own stats nearest in time)."""
-    rx = receiver.stats_counters("inbound-rtp", ssrc, JB_COUNTERS)
+    and the sender's rate (kbit/s, from its own stats nearest in time). Without a
+    receiving browser (a traced peer received), there are no intervals."""
     out: dict[str, np.ndarray] = {"t_ns": np.empty(0, np.int64)}
+    if receiver is None:
+        return out
+    rx = receiver.stats_counters("inbound-rtp", ssrc, JB_COUNTERS)
     if len(rx) >= 2:
         delta = np.diff(rx[:, 1:], axis=0)
         grew = delta[:, 1] > 0
@@ -37,7 +42,7 @@ def timeline(sender: BrowserLog, receiver: BrowserLog, ssrc: int) -> dict[str, n
             "jitter_buffer_ms": delta[:, 0] / emitted * 1000,
             "target_ms": delta[:, 2] / emitted * 1000,
         }
-    tx = sender.stats_counters("outbound-rtp", ssrc, ("bytesSent",))
+    tx = sender.stats_counters("outbound-rtp", ssrc, ("bytesSent",)) if sender else np.empty(0)
     if len(tx) >= 2 and len(out["t_ns"]):
         rate = np.diff(tx[:, 1]) * 8 / (np.diff(tx[:, 0]) / 1e9) / 1000
         idx = np.clip(np.searchsorted(tx[1:, 0], out["t_ns"]), 0, len(rate) - 1)

@@ -43,14 +43,23 @@ SHARES = {  # name -> (report type, part, whole): a share in % per interval
 }
 
 
-def interval_figures(sender: BrowserLog, receiver: BrowserLog, ssrc: int) -> dict[str, Any]:
-    """Per-interval distributions of a stream's browser-side stages (and capture -> playout)."""
+def interval_figures(
+    sender: BrowserLog | None, receiver: BrowserLog | None, ssrc: int
+) -> dict[str, Any]:
+    """Per-interval distributions of a stream's browser-side stages (and capture -> playout).
+
+    ``None`` for an end that is not a browser (a traced webrtcbin peer).
+    """
     out: dict[str, Any] = {}
     for name, (kind, num, den, scale) in RATIOS.items():
         log = sender if kind == "outbound-rtp" else receiver
+        if log is None:
+            continue
         values = _ratios(log.stats_counters(kind, ssrc, (num, den))[:, 1:], scale)
         if len(values):
             out[name] = _describe(values)
+    if receiver is None:
+        return out
     for name, (kind, part, whole) in SHARES.items():
         values = _ratios(receiver.stats_counters(kind, ssrc, (part, whole))[:, 1:], 100.0)
         if len(values):

@@ -23,6 +23,7 @@ from latlab.ingest.events import EventTable
 from latlab.ingest.link_log import LinkLog
 from latlab.ingest.workers import in_background, parallel_map
 from latlab.stitch.browser import browser_journeys
+from latlab.stitch.browser_legs import join_browser_legs
 from latlab.stitch.devices import add_device_playout
 from latlab.stitch.journeys import Journeys, build_journeys
 from latlab.stitch.position import MISSING
@@ -75,17 +76,36 @@ def analyze(
     journeys = build_journeys(table, unit_ms)
     if run and run.get("devices"):
         journeys = [add_device_playout(j, table, run) for j in journeys]
+    journeys = join_browser_legs(journeys, list(browsers), table)
     streams = [_analyze_stream(j, cadence()) for j in journeys]
     by_name = {log.process: log for log in browsers}
+    steps = schedule_steps(list(links))
+    for stream in streams:  # a traced peer's stream to or from a browser
+        j = stream.journeys
+        sender, receiver = (
+            by_name.get(n.split("/", 1)[0]) for n in (j.probe_names[0], j.probe_names[-1])
+        )
+        if sender or receiver:
+            _add_browser_figures(stream, sender, receiver, steps)
     for j in browser_journeys(list(browsers), table):
         stream = _analyze_stream(j, {})
         sender, receiver = (name.split("/", 1)[0] for name in (j.probe_names[0], j.probe_names[-1]))
-        ssrc = j.path.ssrc or 0
-        stream.intervals = interval_figures(by_name[sender], by_name[receiver], ssrc)
-        stream.timeline = timeline(by_name[sender], by_name[receiver], ssrc)
-        stream.adaptation = adaptation(stream.timeline, schedule_steps(list(links)))
+        _add_browser_figures(stream, by_name[sender], by_name[receiver], steps)
         streams.append(stream)
     return streams
+
+
+def _add_browser_figures(
+    stream: StreamAnalysis,
+    sender: BrowserLog | None,
+    receiver: BrowserLog | None,
+    steps: list[dict[str, Any]],
+) -> None:
+    """The browsers' own stages per stats interval, and how the call adapted to ``steps``."""
+    ssrc = stream.journeys.path.ssrc or 0
+    stream.intervals = interval_figures(sender, receiver, ssrc)
+    stream.timeline = timeline(sender, receiver, ssrc)
+    stream.adaptation = adaptation(stream.timeline, steps)
 
 
 def _analyze_stream(journeys: Journeys, cadence: dict[str, dict]) -> StreamAnalysis:

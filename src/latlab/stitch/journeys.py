@@ -10,6 +10,7 @@ reordered packets.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -27,9 +28,11 @@ from latlab.stitch.position import (
     PacketTable,
     ProbeEvents,
     Ranges,
+    RtpClock,
     empty_ranges,
     first_covering,
     learn_packet_table,
+    learn_rtp_clock_table,
     mapped_ranges,
     raw_ranges,
     receiver_knots,
@@ -37,6 +40,8 @@ from latlab.stitch.position import (
 )
 
 CAPTURE = "capture"
+CLOCK_RATE = re.compile(r"clock-rate=\(int\)(\d+)")
+RTP_MEDIA = re.compile(r"media=\(string\)(audio|video)")
 STATE_PLAYING = 4
 NONE_TIME = 0xFFFF_FFFF_FFFF_FFFF
 MAX_CAPTURE_NS = 10_000_000_000
@@ -62,6 +67,7 @@ class Journeys:
     unit_keyframe: np.ndarray | None = None  # per unit: a random-access (I) frame
     extra: dict[str, np.ndarray] = field(default_factory=dict)  # per unit: instants off the path
     unit_is_frame: bool = False  # a unit is one coded frame (video, browser audio)
+    rtp_clock: RtpClock | None = None  # positions on the RTP clock (sender not traced)
 
     @cached_property
     def complete(self) -> np.ndarray:
@@ -111,12 +117,12 @@ def _stream_journeys(
     video = _media(path_probes[0].caps) == "video"
     if video:
         unit_ns = _frame_ns(columns.events(path_probes[0].index)) or unit_ns
-    sent, extra = None, {}
+    sent, extra, rtp_clock = None, {}, None
     if path.pid is not None:
         ts_path = mpegts_stages(table, columns, path_probes, path.pid)
         stages, sent, extra = ts_path.stages, ts_path.sent, ts_path.extra
     else:
-        ranges = _ranges_along_path(path_probes, columns, path.ssrc)
+        ranges, rtp_clock = _ranges_along_path(path_probes, columns, path.ssrc)
         stages = [(p, "", r) for p, r in zip(path_probes, ranges, strict=True)]
     probes = [p for p, _, _ in stages]
     ranges = [r for _, _, r in stages]
@@ -137,8 +143,10 @@ def _stream_journeys(
     kinds = [_segment_kind(a, b) for a, b in itertools.pairwise(probes)]
     if probes[0].factory in DEVICE_SOURCES:
         capture = device_capture_times(origin, unit_start)
-    else:
+    elif rtp_clock is None:
         capture = _capture_times(table, probes[0], unit_start, times[0])
+    else:  # packets from elsewhere: their capture is the sender's to tell
+        capture = None
     if capture is not None:
         times.insert(0, capture)
         threads.insert(0, np.full(len(capture), MISSING, np.int32))
@@ -149,7 +157,7 @@ def _stream_journeys(
     domains = [table.processes[p.process].clock_domain for p in probes]
     journeys = Journeys(
         stream_id=_stream_id(probes, path.ssrc),
-        media=_media(probes[0].caps),
+        media=_path_media(probes),
         unit_ns=unit_ns,
         path=path,
         probe_names=names,
@@ -160,6 +168,7 @@ def _stream_journeys(
         clock_domains=domains,
         probe_klass=klass,
         unit_is_frame=video,
+        rtp_clock=rtp_clock,
     )
     if sent is not None:
         journeys.unit_bytes, journeys.unit_keyframe = _frame_facts(sent, journeys.unit_start)
@@ -196,10 +205,15 @@ def _frame_ns(origin: ProbeEvents) -> int | None:
 
 def _ranges_along_path(
     probes: list[Probe], columns: _ProbeColumns, ssrc: int | None
-) -> list[Ranges]:
-    """Map every probe's events to media ranges, learning each mapping along the way."""
+) -> tuple[list[Ranges], RtpClock | None]:
+    """Map every probe's events to media ranges, learning each mapping along the way.
+
+    Where the path starts with packets (their sender was not traced), positions are
+    counted on their RTP clock, which is returned too.
+    """
     out: list[Ranges] = []
     table: PacketTable | None = None
+    clock: RtpClock | None = None
     knots: tuple[np.ndarray, np.ndarray] | None = None
     origin_process = probes[0].process
     last_rtp: ProbeEvents | None = None
@@ -207,7 +221,9 @@ def _ranges_along_path(
         ev = columns.events(probe.index)
         is_rtp = ssrc is not None and bool(np.any(ev.is_rtp & (ev.ssrc == ssrc)))
         if is_rtp:
-            if table is None:
+            if table is None and probe is probes[0]:
+                table, clock = learn_rtp_clock_table(ev, ssrc, clock_rate(probes))
+            elif table is None:
                 table = learn_packet_table(ev, ssrc)
             out.append(rtp_ranges(ev, table, ssrc))
             last_rtp, knots = ev, None
@@ -217,7 +233,16 @@ def _ranges_along_path(
             if knots is None and last_rtp is not None:
                 knots = receiver_knots(last_rtp, table, ssrc)
             out.append(mapped_ranges(ev, knots) if knots else empty_ranges())
-    return out
+    return out, clock
+
+
+def clock_rate(probes: list[Probe]) -> int:
+    """The RTP clock rate named in the caps along a path (Opus's 48 kHz if none does)."""
+    for probe in probes:
+        found = CLOCK_RATE.search(probe.caps)
+        if found:
+            return int(found.group(1))
+    return 48_000
 
 
 def _unit_grid(origin: Ranges, unit_ns: int) -> np.ndarray:
@@ -335,6 +360,18 @@ def _segment_kind(before: Probe, after: Probe) -> str:
     if after.factory in QUEUE_FACTORIES:
         return "queue"
     return "processing"
+
+
+def _path_media(probes: list[Probe]) -> str:
+    """Audio or video: the first probe whose caps say (RTP caps name it as ``media``)."""
+    for probe in probes:
+        kind = _media(probe.caps)
+        if kind == "other" and probe.caps.startswith("application/x-rtp"):
+            found = RTP_MEDIA.search(probe.caps)
+            kind = found.group(1) if found else kind
+        if kind != "other":
+            return kind
+    return "other"
 
 
 def _media(caps: str) -> str:

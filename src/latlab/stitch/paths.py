@@ -19,6 +19,7 @@ from latlab.ingest.trace_format import Kind, PadFlag
 from latlab.stitch.mpegts import TS_DEMUXERS, TS_MUXERS, demux_pad_carries, pes_keys, pid_of_mux_pad
 
 MAX_PATH_LENGTH = 256
+NETWORK_SINKS = {"nicesink", "udpsink", "multiudpsink", "srtsink", "tcpserversink", "ristsink"}
 NETWORK_SOURCES = {"nicesrc", "udpsrc", "srtsrc", "tcpclientsrc", "ristsrc", "latlab-linkemu"}
 MAX_WALK_STEPS = 20_000  # a graph of bins can have more paths than are worth listing
 
@@ -82,13 +83,49 @@ def find_paths(table: EventTable) -> list[StreamPath]:
             for probes, via in _walk(index, probe, _Via(), depth=0):
                 paths.append(StreamPath(tuple(probes), via.ssrc, via.pid))
     paths = _best_per_route(paths, index.counts)
-    if not paths:  # receive-only traces: start at a source that carried RTP
-        for probe in table.probes:
-            if probe.element_is_source and index.is_rtp[probe.index]:
-                for ssrc in sorted(index.ssrcs.get(probe.index, ())):
-                    for probes, _ in _walk(index, probe, _Via(ssrc=ssrc), depth=0):
-                        paths.append(StreamPath(tuple(probes), ssrc))
-    return paths
+    carried = {path.ssrc for path in paths}
+    return paths + _paths_from_outside(index, carried)
+
+
+def _paths_from_outside(index: _Index, carried: set[int | None]) -> list[StreamPath]:
+    """Paths of RTP streams that no traced process sent (a browser's, an untraced
+    sender's): from where their packets were first seen (the emulated link that carried
+    them, else the receiving sources) through the traced processes that received them."""
+    processes = index.table.processes
+    found: list[StreamPath] = []
+    for ssrc in sorted(set().union(*index.ssrcs.values()) - carried):
+        sources = [
+            p
+            for p in index.table.probes
+            if p.kind == Kind.PUSH
+            and p.element_is_source
+            and index.is_rtp[p.index]
+            and ssrc in index.ssrcs[p.index]
+        ]
+        links = [p for p in sources if processes[p.process].kind == "link"]
+        for start in links or sources:
+            for probes, _ in _walk(index, start, _Via(ssrc=ssrc), depth=0):
+                traced = (index.table.probes[i].process for i in probes)
+                if any(processes[process].kind != "link" for process in traced):
+                    found.append(StreamPath(tuple(probes), ssrc))
+    return _through_paths(_best_per_route(found, index.counts))
+
+
+def _through_paths(paths: list[StreamPath]) -> list[StreamPath]:
+    """Leave out a path that stops at an element another path of the same stream goes on
+    through (a bin's own sink pad: webrtcbin's, a decoding bin's)."""
+    kept = []
+    for path in paths:
+        stem = path.probes[:-1]
+        goes_on = any(
+            other.ssrc == path.ssrc
+            and len(other.probes) > len(path.probes)
+            and other.probes[: len(stem)] == stem
+            for other in paths
+        )
+        if not goes_on:
+            kept.append(path)
+    return kept
 
 
 def _best_per_route(paths: list[StreamPath], counts: np.ndarray) -> list[StreamPath]:
@@ -159,7 +196,7 @@ def _walk(
     results: _Continuations = []
     render = index.render.get(key)
     if render is not None:
-        results += _after_render(index, probe, render, via, depth)
+        results += _after_render(index, probe, render, via, depth, packets)
     seen = seen | {probe.index}
     packets = frozenset(index.ssrcs.get(probe.index) or packets)
     for nxt in index.by_element.get(key, []):
@@ -180,16 +217,26 @@ def _carries(probe: Probe, via: _Via) -> bool:
 
 
 def _after_render(
-    index: _Index, probe: Probe, render: Probe, via: _Via, depth: int
+    index: _Index,
+    probe: Probe,
+    render: Probe,
+    via: _Via,
+    depth: int,
+    packets: frozenset[int] = frozenset(),
 ) -> _Continuations:
-    """End the path at a sink, or cross to the processes that received its packets."""
+    """End the path at a sink, or cross to the processes that received its packets.
+
+    A network sink fed encrypted packets (SRTP) shows no RTP header; it sends the
+    SSRCs (``packets``) the path carried last.
+    """
     here = [probe.index, render.index]
     if probe.index in index.pes:
         return _across_ts(index, probe, here, via, depth)
-    if not index.ssrcs.get(probe.index):  # carried no RTP (a link may carry other traffic too)
+    ssrcs = index.ssrcs.get(probe.index) or (packets if render.factory in NETWORK_SINKS else set())
+    if not ssrcs:  # carried no RTP (a link may carry other traffic too)
         return [(here, via)]
     results: _Continuations = []
-    for packet_ssrc in sorted(index.ssrcs.get(probe.index, ())):
+    for packet_ssrc in sorted(ssrcs):
         if via.ssrc is not None and packet_ssrc != via.ssrc:
             continue
         onward = via.leaving(probe.process, packet_ssrc)

@@ -143,6 +143,31 @@ def learn_packet_table(ev: ProbeEvents, ssrc: int) -> PacketTable:
     return PacketTable(keys, start, end)
 
 
+@dataclass(frozen=True)
+class RtpClock:
+    """Positions counted on a stream's RTP clock: ``base`` is the RTP timestamp at
+    position 0 and ``rate`` the clock rate (Hz)."""
+
+    base: int
+    rate: int
+
+    def position_ns(self, rtp_ts: np.ndarray) -> np.ndarray:
+        """Positions of (32-bit) RTP timestamps near the base, in ns."""
+        ticks = ((rtp_ts.astype(np.int64) - self.base + (1 << 31)) & 0xFFFF_FFFF) - (1 << 31)
+        return ticks * 1_000_000_000 // self.rate
+
+
+def learn_rtp_clock_table(ev: ProbeEvents, ssrc: int, rate: int) -> tuple[PacketTable, RtpClock]:
+    """Each packet's media range from its RTP timestamp, where packets enter the trace
+    with no media time of their own (sent by a process latlab did not trace)."""
+    ev = ev.select(ev.is_rtp & (ev.ssrc == ssrc))
+    keys, first = np.unique(ev.packet_keys(), return_index=True)
+    ordered = np.sort(first)
+    clock = RtpClock(int(ev.rtp_ts[ordered[0]]) if len(ordered) else 0, rate)
+    start = clock.position_ns(ev.rtp_ts[first])
+    return PacketTable(keys, start, _ends_from_starts(start)), clock
+
+
 def _lookup_packets(ev: ProbeEvents, table: PacketTable) -> tuple[np.ndarray, np.ndarray]:
     """Each event's row in the packet table, and whether its packet is there at all."""
     keys = ev.packet_keys()
