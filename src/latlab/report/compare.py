@@ -430,6 +430,8 @@ def _r(value: float) -> float | None:
 
 def render_comparison(comparison: Comparison, console: Any) -> None:
     """Rich tables: one per stream, B - A at p50, p99 and mean with confidence intervals."""
+    from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     pct = f"{comparison.confidence * 100:g}%"
@@ -442,23 +444,19 @@ def render_comparison(comparison: Comparison, console: Any) -> None:
         soft_wrap=True,
     )
     for stream in comparison.streams:
-        table = Table(title=stream.key, header_style="bold", title_justify="left")
-        for column in (
-            "",
-            "kind",
-            "A p50",
-            "B p50",
-            "Δ p50 ms",
-            "A p99",
-            "B p99",
-            "Δ p99 ms",
-            "Δ mean ms",
-        ):
-            table.add_column(column, justify="left" if column in ("", "kind") else "right")
+        table = Table(
+            title=escape(stream.key),
+            header_style="bold",
+            title_justify="left",
+            box=box.SIMPLE_HEAD,
+            pad_edge=False,
+        )
+        table.add_column("")
+        for column in ("A p50", "B p50", "Δ p50 ms", "A p99", "B p99", "Δ p99 ms", "Δ mean ms"):
+            table.add_column(column, justify="right")
         for row in stream.rows:
             table.add_row(
-                row["name"],
-                row["kind"],
+                escape(row["name"]),
                 _ms(row["a"]["p50"]),
                 _ms(row["b"]["p50"]),
                 _diff(row["diff"]["p50"]),
@@ -495,7 +493,8 @@ def _ms(value: float) -> str:
 
 
 def _diff(d: Difference) -> str:
+    """The estimate (``*`` when significant) over its interval."""
     if not np.isfinite(d.estimate):
         return "-"
     mark = " *" if d.significant else "  "
-    return f"{d.estimate:+.3f} [{d.low:+.3f}, {d.high:+.3f}]{mark}"
+    return f"{d.estimate:+.3f}{mark}\n[{d.low:+.3f}, {d.high:+.3f}]"
