@@ -307,7 +307,9 @@ def _spike_period(spike: np.ndarray, starts: np.ndarray) -> tuple[int | None, fl
         return None, 0.0
     # Spikes may jitter by a unit or two: smooth the lags over +-2 before picking the peak.
     smooth = np.convolve(acf, np.ones(5) / 5, mode="same")
-    lag = lo + int(np.argmax(smooth[lo:hi]))
+    # The shortest lag near the best: multiples of the period correlate as well.
+    window = smooth[lo:hi]
+    lag = lo + int(np.flatnonzero(window >= 0.8 * window.max())[0])
     lag = max(lag - 2, lo) + int(np.argmax(acf[max(lag - 2, lo) : lag + 3]))
     intervals = np.diff(starts)
     regular = np.abs(intervals - lag) <= PERIODIC_SPREAD * lag

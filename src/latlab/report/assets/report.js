@@ -7,7 +7,7 @@
     '#7f7f7f', '#bcbd22', '#17becf', '#393b79', '#ad494a', '#637939', '#7b4173', '#3182bd',
     '#e6550d'];
   const KIND = {capture: '#8c564b', processing: '#1f77b4', queue: '#9467bd', network: '#2ca02c',
-    jitterbuffer: '#ff7f0e', playout: '#d62728', other: '#7f7f7f', end_to_end: '#222222'};
+    jitterbuffer: '#ff7f0e', playout: '#d62728', other: '#7f7f7f', end_to_end: '#2f4b7c'};
   const FONT = '11px system-ui, sans-serif';
   const color = (i) => (i < PALETTE.length ? PALETTE[i] : `hsl(${(i * 137.5) % 360},60%,42%)`);
   const lookup = (path) => path.split('.').reduce((o, k) => (o == null ? o : o[k]), DATA);
@@ -262,7 +262,7 @@
     e2e(fig, d) {
       const p = new Plot(fig);
       p.frame(range([d.x]), range([d.y]), 's since the run started', 'end to end ms');
-      p.points(d.x, d.y, '#222', 2);
+      p.points(d.x, d.y, KIND.end_to_end, 2);
       p.readout((x, y) => `${fmt(x)} s, ${fmt(y)} ms`);
     },
     loss(fig, d) {

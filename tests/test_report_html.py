@@ -1,0 +1,437 @@
+"""The HTML report: rendered in headless Chromium (charts drawn, no console errors), findings
+on planted data, decimation that keeps statistics exact, escaping, bad input."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import fcntl
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from latlab.report import findings as fnd
+from latlab.report.html import run_html
+from latlab.report.html_data import decimate_minmax
+from latlab.synthetic import SyntheticRtpAudio, make_rtp_audio_run
+
+REPO = Path(__file__).resolve().parent.parent
+CHROMIUM = Path("/usr/lib/chromium/chromium")
+RUN_S = 3.0
+WIDTH = 1280
+MIN_INK = 30  # coloured pixels a drawn chart has at least (an empty one has none)
+
+
+# --- a minimal DevTools client over --remote-debugging-pipe ---------------------------------
+
+
+class Browser:
+    """Headless Chromium driven through its DevTools pipe (fd 3 in, fd 4 out)."""
+
+    def __init__(self, profile: Path) -> None:
+        to_browser_r, self._to_browser = os.pipe()
+        self._from_browser, from_browser_w = os.pipe()
+
+        def wire() -> None:
+            # Move both ends above 4 first: a pipe may itself be fd 3 or 4, and dup2 onto
+            # the same number would leave it close-on-exec.
+            high_r = fcntl.fcntl(to_browser_r, fcntl.F_DUPFD, 10)
+            high_w = fcntl.fcntl(from_browser_w, fcntl.F_DUPFD, 10)
+            os.dup2(high_r, 3)
+            os.dup2(high_w, 4)
+
+        self.proc = subprocess.Popen(
+            [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+             "--remote-debugging-pipe", f"--user-data-dir={profile}",
+             "--hide-scrollbars", "about:blank"],
+            preexec_fn=wire, close_fds=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        os.close(to_browser_r)
+        os.close(from_browser_w)
+        self._buffer = b""
+        self._next_id = 0
+        self.events: list[dict[str, Any]] = []
+        self.session: str | None = None
+
+    def _read_message(self) -> dict[str, Any]:
+        while b"\0" not in self._buffer:
+            chunk = os.read(self._from_browser, 1 << 20)
+            if not chunk:
+                raise RuntimeError("chromium closed its DevTools pipe")
+            self._buffer += chunk
+        message, self._buffer = self._buffer.split(b"\0", 1)
+        return json.loads(message)
+
+    def send(self, method: str, **params: Any) -> dict[str, Any]:
+        """One command; events that arrive meanwhile are kept in ``events``."""
+        self._next_id += 1
+        message: dict[str, Any] = {"id": self._next_id, "method": method, "params": params}
+        if self.session and not method.startswith("Target."):
+            message["sessionId"] = self.session
+        os.write(self._to_browser, json.dumps(message).encode() + b"\0")
+        while True:
+            reply = self._read_message()
+            if reply.get("id") == self._next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+            if "method" in reply:
+                self.events.append(reply)
+
+    def wait_event(self, method: str) -> dict[str, Any]:
+        """Until an event of that name (it may have come already)."""
+        for event in self.events:
+            if event["method"] == method:
+                return event
+        while True:
+            event = self._read_message()
+            if "method" in event:
+                self.events.append(event)
+                if event["method"] == method:
+                    return event
+
+    def open(self, url: str) -> None:
+        """A new page, with console and errors recorded from before it loads."""
+        target = self.send("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.send("Target.attachToTarget", targetId=target, flatten=True)[
+            "sessionId"
+        ]
+        for domain in ("Runtime", "Log", "Page"):
+            self.send(f"{domain}.enable")
+        self.send("Emulation.setDeviceMetricsOverride", width=WIDTH, height=1000,
+                  deviceScaleFactor=1, mobile=False)  # fmt: skip
+        self.events.clear()
+        self.send("Page.navigate", url=url)
+        self.wait_event("Page.loadEventFired")
+
+    def evaluate(self, expression: str) -> Any:
+        result = self.send("Runtime.evaluate", expression=expression, returnByValue=True,
+                           awaitPromise=True)  # fmt: skip
+        if "exceptionDetails" in result:
+            raise RuntimeError(result["exceptionDetails"])
+        return result["result"].get("value")
+
+    def errors(self) -> list[str]:
+        """Console errors, uncaught exceptions and error log entries of the page."""
+        out = []
+        for event in self.events:
+            params = event.get("params", {})
+            if event["method"] == "Runtime.exceptionThrown":
+                out.append(json.dumps(params["exceptionDetails"])[:300])
+            elif event["method"] == "Runtime.consoleAPICalled" and params["type"] in (
+                "error",
+                "assert",
+                "warning",
+            ):
+                out.append(json.dumps(params["args"])[:300])
+            elif event["method"] == "Log.entryAdded" and params["entry"]["level"] == "error":
+                out.append(params["entry"]["text"])
+        return out
+
+    def close(self) -> None:
+        with contextlib.suppress(RuntimeError, OSError):
+            self.send("Browser.close")
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self._to_browser)
+        os.close(self._from_browser)
+
+
+INK_JS = """
+(async () => {
+  const rects = [...document.querySelectorAll('figure[data-chart] canvas')].map((c) => {
+    const r = c.getBoundingClientRect();
+    return {id: c.parentElement.id, x: Math.round(r.left + scrollX), y: Math.round(r.top + scrollY),
+            w: Math.round(r.width), h: Math.round(r.height)};
+  });
+  const img = new Image();
+  img.src = window.__shot;
+  await img.decode();
+  const canvas = document.createElement('canvas');
+  canvas.width = img.width;
+  canvas.height = img.height;
+  const ctx = canvas.getContext('2d');
+  ctx.drawImage(img, 0, 0);
+  const ink = {};
+  for (const r of rects) {
+    const d = ctx.getImageData(r.x, r.y, r.w, r.h).data;
+    let n = 0;
+    for (let i = 0; i < d.length; i += 4) {
+      if (Math.max(d[i], d[i + 1], d[i + 2]) - Math.min(d[i], d[i + 1], d[i + 2]) > 60) n++;
+    }
+    ink[r.id] = n;
+  }
+  return {ink, width: img.width, height: img.height};
+})()
+"""
+
+
+def render(html_path: Path, tmp_path: Path) -> dict[str, Any]:
+    """Load a report in Chromium, screenshot the whole page, and read what was drawn."""
+    browser = Browser(tmp_path / "profile")
+    try:
+        browser.open(html_path.as_uri())
+        height = browser.evaluate("document.documentElement.scrollHeight")
+        shot = browser.send(
+            "Page.captureScreenshot",
+            format="png",
+            captureBeyondViewport=True,
+            clip={"x": 0, "y": 0, "width": WIDTH, "height": height, "scale": 1},
+        )
+        (tmp_path / "report.png").write_bytes(base64.b64decode(shot["data"]))  # to look at
+        browser.evaluate(f"window.__shot = 'data:image/png;base64,{shot['data']}'; 1")
+        page = browser.evaluate(INK_JS)
+        page["figures"] = browser.evaluate(
+            "[...document.querySelectorAll('figure[data-chart]')]"
+            ".map((f) => ({id: f.id, drawn: f.dataset.drawn === '1',"
+            " canvas: !!f.querySelector('canvas')}))"
+        )
+        page["links"] = browser.evaluate(
+            "[...document.querySelectorAll('#findings a.see')].map((a) => a.getAttribute('href'))"
+        )
+        page["findings"] = browser.evaluate(
+            "[...document.querySelectorAll('#findings li')].map((li) => li.textContent)"
+        )
+        page["ids"] = browser.evaluate("[...document.querySelectorAll('[id]')].map((e) => e.id)")
+        page["errors"] = browser.errors()
+        page["requests"] = [e for e in browser.events if e["method"] == "Network.requestWillBeSent"]
+    finally:
+        browser.close()
+    return page
+
+
+def expected_charts(summary: dict[str, Any]) -> set[str]:
+    """The charts a run's report must have, from its summary (not from the report's model)."""
+    ids = set()
+    for i, stream in enumerate(summary["streams"]):
+        ids |= {f"s{i}-scatter", f"s{i}-loss"}
+        if stream["complete_units"]:
+            ids |= {f"s{i}-waterfall", f"s{i}-tail", f"s{i}-e2e"}
+            ids |= {f"s{i}-dist-{k}" for k in range(len(stream["segments"]) + 1)}
+    if summary.get("resources"):
+        ids.add("cpu")
+    return ids
+
+
+def check_rendered(page: dict[str, Any], expected: set[str]) -> None:
+    """Every expected chart is in the DOM, drawn and not blank; links resolve; no errors."""
+    assert page["errors"] == [], page["errors"]
+    figures = {f["id"]: f for f in page["figures"]}
+    assert expected <= set(figures), expected - set(figures)
+    assert all(f["drawn"] and f["canvas"] for f in figures.values())
+    blank = {fid: page["ink"].get(fid, 0) for fid in figures if page["ink"].get(fid, 0) < MIN_INK}
+    assert blank == {}, f"charts without data drawn: {blank}"
+    assert page["links"], "no findings"
+    assert {href.lstrip("#") for href in page["links"]} <= set(page["ids"])
+
+
+needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Chromium")
+
+
+# --- real runs -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[str, Any]]]:
+    """l16-basic and srt-720p30, RUN_S seconds each, analysed, their HTML reports written."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    from latlab.lab.runner import run_scenario
+    from latlab.lab.scenario import load_scenario
+    from latlab.report.html import report_html
+
+    base = tmp_path_factory.mktemp("html-runs")
+    out = {}
+    for name in ("l16-basic", "srt-720p30"):
+        run_dir = base / name
+        run_scenario(load_scenario(REPO / "scenarios" / f"{name}.toml").with_duration(RUN_S),
+                     run_dir, progress=False)  # fmt: skip
+        html_path = report_html(run_dir, None)
+        out[name] = (html_path, json.loads((run_dir / "summary.json").read_text()))
+    return out
+
+
+@pytest.mark.e2e
+@needs_chromium
+@pytest.mark.parametrize("name", ["l16-basic", "srt-720p30"])
+def test_report_of_a_real_run_renders_every_chart(
+    name: str, real_runs: dict[str, tuple[Path, dict[str, Any]]], tmp_path: Path
+) -> None:
+    html_path, summary = real_runs[name]
+    text = html_path.read_text()
+    assert "http://" not in text and "https://" not in text  # nothing fetched: offline
+    page = render(html_path, tmp_path)
+    check_rendered(page, expected_charts(summary))
+    topics = " ".join(page["findings"]).lower()
+    for topic in ("median", "tail", "configured", "cadence"):
+        assert topic in topics
+    if name == "srt-720p30":
+        assert any("SRT latency" in f for f in page["findings"])
+
+
+@pytest.mark.e2e
+@needs_chromium
+def test_sweep_report_has_a_chart_per_metric(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    from latlab.lab.scenario import parse_scenario
+    from latlab.lab.sweep import run_sweep
+    from latlab.report.html import report_html
+
+    text = (REPO / "scenarios" / "l16-jitterbuffer-sweep.toml").read_text()
+    text = text.replace("jb = [10, 20, 40, 80]", "jb = [10, 40]")
+    scenario = parse_scenario(text, "sweep.toml").with_duration(2.0)
+    run_sweep(scenario, tmp_path / "sweep", progress=False)
+    html_path = report_html(tmp_path / "sweep", None)
+    page = render(html_path, tmp_path)
+    metrics = {"e2e_p50", "e2e_p99", "kind_jitterbuffer", "kind_capture", "lost", "late"}
+    check_rendered(page, {f"sweep-{m}" for m in metrics})
+    slope = [f for f in page["findings"] if "end to end p50" in f and "per unit of jb" in f]
+    assert slope, page["findings"]  # a 30 ms jitter-buffer step moves e2e p50 by ~30 ms
+    value = float(slope[0].split("; ")[1].split(" ms per")[0])
+    assert 0.7 < value < 1.3
+
+
+# --- synthetic runs (no root needed) --------------------------------------------------------
+
+
+def synthetic_report(tmp_path: Path, **params: Any) -> tuple[Path, dict[str, Any]]:
+    from latlab.pipeline import analyze_run, run_metadata
+
+    run_dir = tmp_path / "run"
+    make_rtp_audio_run(run_dir, SyntheticRtpAudio(**params))
+    summary, _, streams = analyze_run(run_dir)
+    html_path = tmp_path / "report.html"
+    html_path.write_text(run_html(run_dir, run_metadata(run_dir), summary, streams))
+    return html_path, summary
+
+
+@needs_chromium
+def test_synthetic_run_with_loss_renders_and_finds_the_loss(tmp_path: Path) -> None:
+    html_path, summary = synthetic_report(tmp_path, units=3000, loss=0.02, network_jitter=300_000)
+    page = render(html_path, tmp_path)
+    check_rendered(page, expected_charts(summary))
+    stream = summary["streams"][0]
+    incomplete = stream["units"] - stream["complete_units"]
+    assert incomplete > 0
+    loss = [f for f in page["findings"] if f.lower().startswith("loss")]
+    assert len(loss) == 1 and f"Loss: {incomplete} of {stream['units']} units" in loss[0]
+
+
+def test_trace_names_are_escaped(tmp_path: Path) -> None:
+    from latlab.pipeline import analyze_run, run_metadata
+
+    run_dir = tmp_path / "run"
+    make_rtp_audio_run(run_dir, SyntheticRtpAudio(units=400))
+    summary, _, streams = analyze_run(run_dir)
+    evil = 'x"><script>alert(1)</script><img src=x onerror=alert(2)>'
+    streams[0].journeys.probe_names[2] = evil
+    summary["streams"][0]["segments"][1]["to"] = evil
+    summary["streams"][0]["id"] = evil
+    text = run_html(run_dir, run_metadata(run_dir), summary, streams)
+    assert "<script>alert" not in text and "<img src=x" not in text
+    assert "&lt;script&gt;alert(1)" in text  # shown as text in the tables
+    data = text.split('id="latlab-data">', 1)[1].split("</script>", 1)[0]
+    assert "<" not in data and "\\u003cscript\\u003e" in data
+
+
+def test_report_of_a_directory_without_traces_is_one_line(tmp_path: Path) -> None:
+    result = subprocess.run([str(REPO / "latlab"), "report", str(tmp_path), "--html"],
+                            capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(tmp_path) in lines[0], result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "report.html").exists()
+
+
+# --- findings on planted data ----------------------------------------------------------------
+
+
+def test_tail_is_pinned_on_the_segment_planted_to_carry_it() -> None:
+    rng = np.random.default_rng(7)
+    units = 20_000
+    base = np.array([5.0, 0.2, 3.0, 20.0, 1.0]) * 1e6
+    segments = base + rng.normal(0, 0.05e6, (units, len(base)))
+    # segment 1 is small at the median but carries the tail: 1.5 % of units wait 8 ms more there
+    tail = rng.random(units) < 0.015
+    segments[tail, 1] += 8e6
+    # segment 3 carries the median, with ordinary noise
+    names = [f"p/e{i}:src" for i in range(1, 6)]
+    kinds = ["capture", "processing", "network", "jitterbuffer", "playout"]
+    median, tail_finding = fnd.median_and_tail(segments, names, kinds, ("a", "b"))
+    assert "e4:src (jitterbuffer)" in median.text.split("spend most in:")[1].split(",")[0]
+    assert "e2:src (processing) grew most: +8.0" in tail_finding.text
+    split = fnd.tail_split(segments)
+    assert int(np.argmax(split.growth_ns)) == 1
+    assert split.worst_units == 200
+
+
+def test_periodic_spikes_are_found_with_their_period() -> None:
+    rng = np.random.default_rng(3)
+    series = 40 + rng.normal(0, 0.1, 12_000)
+    series[np.arange(137, 12_000, 1000)] += 15  # a burst every 1000 units (10 s of 10 ms)
+    series[np.arange(138, 12_000, 1000)] += 9
+    found = fnd.find_spikes(series)
+    assert found is not None and len(found.burst_starts) == 12
+    assert found.period_units is not None and abs(found.period_units - 1000) <= 2
+    text = fnd.periodic_spikes(series, 0.01, "s0-e2e")[0].text
+    assert "recur every" in text and "10.00 s" in text
+
+
+def test_random_spikes_are_not_called_periodic() -> None:
+    rng = np.random.default_rng(5)
+    series = 40 + rng.normal(0, 0.1, 12_000)
+    at = np.sort(rng.choice(12_000, 12, replace=False))
+    series[at] += 15
+    found = fnd.find_spikes(series)
+    assert found is not None and found.period_units is None
+    assert "not periodic" in fnd.periodic_spikes(series, 0.01, "x")[0].text
+
+
+def test_doubled_periods_are_found_where_they_start() -> None:
+    units, period = 5000, 10_000_000
+    t = np.arange(units, dtype=np.int64) * period
+    rng = np.random.default_rng(2)
+    late = rng.choice(np.arange(10, units - 10, 3), 40, replace=False)  # never adjacent
+    second = t + 3_000_000
+    second[late] += period  # unit k waits for k+1: a doubled period, then a zero interval
+    third = second + 1_000_000
+    times = np.column_stack([t, t + 100, second, third])
+    probes = ["a/src0:capture", "a/src0:src", "b/queue0:src", "b/sink0:sink"]
+    (finding,) = fnd.cadence_irregularities(times, probes, -1, "s0-scatter")
+    cadence = fnd.probe_cadence(second, "b/queue0:src")
+    assert cadence is not None and cadence.doubled == 40
+    assert "40 of" in finding.text
+    assert "queue0:src" in finding.text and "src0:src," not in finding.text
+
+
+def test_loss_bursts() -> None:
+    flags = np.zeros(1000, bool)
+    flags[[5, 6, 7, 300, 301, 302, 303, 304, 305, 306, 900]] = True
+    starts, lengths = fnd.runs_of(flags)
+    assert starts.tolist() == [5, 300, 900] and lengths.tolist() == [3, 7, 1]
+    (finding,) = fnd.bursts("loss", flags, 0.01, "units", "s0-loss")
+    assert (
+        "11 of 1000 units" in finding.text and "longest 7 units (70 ms) at 3.00 s" in finding.text
+    )
+
+
+def test_decimation_keeps_extremes_and_bounds_points() -> None:
+    rng = np.random.default_rng(1)
+    x = np.arange(600_000, dtype=np.float64)
+    y = rng.normal(0, 1, len(x))
+    y[123_457] = 50.0
+    y[400_001] = -50.0
+    dx, dy = decimate_minmax(x, y, 4000)
+    assert len(dx) <= 4000
+    assert dy.max() == 50.0 and dy.min() == -50.0
+    assert 123_457 in dx and 400_001 in dx
+    assert np.all(np.diff(dx) > 0)
