@@ -350,6 +350,7 @@
   };
 
   function drawAll() {
+    const start = performance.now();
     for (const fig of document.querySelectorAll('figure[data-chart]')) {
       if (!fig.querySelector('.legend')) {
         const legendBox = document.createElement('div');
@@ -368,6 +369,7 @@
       fig.dataset.drawn = '1';
     }
     document.body.dataset.drawn = '1';
+    document.body.dataset.drawMs = (performance.now() - start).toFixed(1);
   }
 
   let pending = 0;
