@@ -140,13 +140,16 @@ def tail_chart(view: StreamView) -> dict[str, Any] | None:
 
 
 def histogram_range(sorted_ms: np.ndarray) -> tuple[float, float]:
-    """Where the bulk of a distribution lies: p1 to p99 widened by half their spread on each
-    side, within p0.1 to p99.9 (a few far outliers would squash every other bar)."""
+    """Where the bulk of a distribution lies: 3 interquartile ranges around the quartiles,
+    widened to reach p99 (the tail people ask about) and never past the extremes; the
+    rest (far outliers would squash every other bar) lands in the end bins."""
     if not len(sorted_ms):
         return 0.0, 1.0
-    p01, p1, p99, p999 = np.percentile(sorted_ms, [0.1, 1.0, 99.0, 99.9])
-    spread = p99 - p1
-    return float(max(p01, p1 - spread / 2)), float(min(p999, p99 + spread / 2))
+    q25, q75, p99 = np.percentile(sorted_ms, [25.0, 75.0, 99.0])
+    iqr = q75 - q25
+    lo = max(float(sorted_ms[0]), q25 - 3 * iqr)
+    hi = min(float(sorted_ms[-1]), max(p99, q75 + 3 * iqr))
+    return float(lo), float(hi)
 
 
 def distribution(values_ns: np.ndarray, title: str, kind: str) -> dict[str, Any]:

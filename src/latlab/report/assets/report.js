@@ -309,7 +309,7 @@
       p.frame(xr, [0, top * 1.08], `ms (${d.count} units)`, 'units');
       const c = p.ctx;
       c.fillStyle = KIND[d.kind] || '#1f77b4';
-      c.globalAlpha = 0.55;
+      c.globalAlpha = 0.85;
       d.counts.forEach((n, i) => {
         if (!n) return;
         const a = p.sx(d.edges[i]);
