@@ -111,7 +111,7 @@ def median_and_tail(
     ``segments_ns`` is (complete units, segments); ``names`` the segments' end probes;
     ``anchors`` the plots of the median (waterfall) and of the tail (median vs worst).
     """
-    if segments_ns.size == 0:
+    if segments_ns.size == 0:  # no complete unit, or a path of one probe
         return []
     split = tail_split(segments_ns)
     total = float(split.median_ns.sum())

@@ -17,7 +17,7 @@ from typing import Any
 from latlab import __version__
 from latlab.analysis.segments import StreamAnalysis
 from latlab.report.findings import Finding
-from latlab.report.html_data import MAX_POINTS, run_model, to_json
+from latlab.report.html_data import CHARTS, MAX_POINTS, run_model, to_json
 from latlab.report.html_sweep import sweep_model
 
 ASSETS = Path(__file__).with_name("assets")
@@ -97,22 +97,21 @@ def stage_table(stream: dict[str, Any]) -> str:
 def stream_charts(model: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(anchor suffix, chart, caption) of each chart a stream has data for, in page order."""
     tail = model["tail"] or {}
-    charts = [
-        ("waterfall", "waterfall", "Journey waterfall: each segment's p50 (dark) and p99 (light) "
-         "along the path, each starting where the previous one's ended."),
-        ("tail", "tail", "Where the tail comes from: mean time per segment of the median units "
-         f"({tail.get('median_units')} units between p45 and p55) and of the worst 1 % "
-         f"({tail.get('worst_units')} units) by end to end."),
-        ("scatter", "scatter", "Each unit's time at every probe relative to the first probe, "
-         "over the run; one colour per probe (repeated lines are doubled periods)."),
-        ("e2e", "e2e", "End-to-end latency of every complete unit over the run."),
-        ("loss", "loss", "Units that did not complete their journey (lost or late), per "
-         f"{model['loss']['bin_s']:g} s."),
-        ("conceal", "concealment", "Concealed samples, % of received, per browser stats "
-         "interval."),
-        ("jb", "jitter_buffer", "Browser jitter buffer: delay and target per stats interval."),
-    ]  # fmt: skip
-    return [c for c in charts if model.get(c[1])]
+    captions = {
+        "waterfall": "Journey waterfall: each segment's p50 (dark) and p99 (light) along the "
+        "path, each starting where the previous one's ended.",
+        "tail": "Where the tail comes from: mean time per segment of the median units "
+        f"({tail.get('median_units')} units between p45 and p55) and of the worst 1 % "
+        f"({tail.get('worst_units')} units) by end to end.",
+        "scatter": "Each unit's time at every probe relative to the first probe, over the run; "
+        "one colour per probe (repeated lines are doubled periods).",
+        "e2e": "End-to-end latency of every complete unit over the run.",
+        "loss": "Units that did not complete their journey (lost or late), per "
+        f"{model['loss']['bin_s']:g} s.",
+        "conceal": "Concealed samples, % of received, per browser stats interval.",
+        "jb": "Browser jitter buffer: delay and target per stats interval.",
+    }
+    return [(suffix, key, captions[suffix]) for suffix, key in CHARTS.items() if model.get(key)]
 
 
 def stream_section(index: int, model: dict[str, Any], stream: dict[str, Any]) -> str:

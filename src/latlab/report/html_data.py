@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,15 @@ HIST_BINS = 40
 CDF_STEPS = np.concatenate([np.linspace(0, 99, 100), [99.5, 99.9, 99.95, 99.99, 100.0]])
 SERIES_BINS = 200  # loss series: at most this many time bins
 DIGITS = 4  # ms figures in the data: 0.1 µs
+CHARTS = {  # anchor suffix -> the stream model's key of that chart's data, in page order
+    "waterfall": "waterfall",
+    "tail": "tail",
+    "scatter": "scatter",
+    "e2e": "e2e",
+    "loss": "loss",
+    "conceal": "concealment",
+    "jb": "jitter_buffer",
+}
 
 
 def decimate_minmax(x: np.ndarray, y: np.ndarray, max_points: int) -> tuple[np.ndarray, np.ndarray]:
@@ -322,7 +332,11 @@ def stream_model(
         "concealment": concealment_series(receiver, stream.journeys.path.ssrc, context.t0_ns),
         "jitter_buffer": jitter_buffer_series(stream, context.t0_ns),
     }
-    model["findings"] = stream_findings(view, summary_stream, model, context)
+    shown = {f"{prefix}-{suffix}" for suffix, key in CHARTS.items() if model.get(key)}
+    model["findings"] = [
+        f if f.anchor in shown else replace(f, anchor=prefix)  # its plot has no data: the section
+        for f in stream_findings(view, summary_stream, model, context)
+    ]
     return model
 
 
