@@ -24,6 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/lib/chromium/chromium")
 RUN_S = 3.0
 WIDTH = 1280
+SCENARIOS = ("l16-basic", "srt-720p30", "webrtc-call")
 MIN_INK = 30  # coloured pixels a drawn chart has at least (an empty one has none)
 
 
@@ -216,6 +217,10 @@ def expected_charts(summary: dict[str, Any]) -> set[str]:
         if stream["complete_units"]:
             ids |= {f"s{i}-waterfall", f"s{i}-tail", f"s{i}-e2e"}
             ids |= {f"s{i}-dist-{k}" for k in range(len(stream["segments"]) + 1)}
+        if "concealed_pct" in stream.get("intervals", {}):  # a browser receiver's stats
+            ids.add(f"s{i}-conceal")
+        if stream.get("timeline"):
+            ids.add(f"s{i}-jb")
     if summary.get("resources"):
         ids.add("cpu")
     return ids
@@ -241,7 +246,8 @@ needs_chromium = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Chromiu
 
 @pytest.fixture(scope="module")
 def real_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, dict[str, Any]]]:
-    """l16-basic and srt-720p30, RUN_S seconds each, analysed, their HTML reports written."""
+    """l16-basic, srt-720p30 and webrtc-call (two Chromium peers), RUN_S seconds each,
+    analysed, their HTML reports written."""
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
     from latlab.lab.runner import run_scenario
@@ -250,7 +256,7 @@ def real_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path,
 
     base = tmp_path_factory.mktemp("html-runs")
     out = {}
-    for name in ("l16-basic", "srt-720p30"):
+    for name in SCENARIOS:
         run_dir = base / name
         run_scenario(load_scenario(REPO / "scenarios" / f"{name}.toml").with_duration(RUN_S),
                      run_dir, progress=False)  # fmt: skip
@@ -261,7 +267,7 @@ def real_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path,
 
 @pytest.mark.e2e
 @needs_chromium
-@pytest.mark.parametrize("name", ["l16-basic", "srt-720p30"])
+@pytest.mark.parametrize("name", SCENARIOS)
 def test_report_of_a_real_run_renders_every_chart(
     name: str, real_runs: dict[str, tuple[Path, dict[str, Any]]], tmp_path: Path
 ) -> None:
@@ -275,6 +281,9 @@ def test_report_of_a_real_run_renders_every_chart(
         assert topic in topics
     if name == "srt-720p30":
         assert any("SRT latency" in f for f in page["findings"])
+    if name == "webrtc-call":
+        assert len(summary["streams"]) == 2  # one per direction, both drawn
+        assert any("Browser jitter buffer" in f for f in page["findings"])
 
 
 @pytest.mark.e2e
@@ -435,3 +444,32 @@ def test_decimation_keeps_extremes_and_bounds_points() -> None:
     assert dy.max() == 50.0 and dy.min() == -50.0
     assert 123_457 in dx and 400_001 in dx
     assert np.all(np.diff(dx) > 0)
+
+
+def test_a_sawtooth_is_a_periodic_pattern_and_framing_is_not() -> None:
+    rng = np.random.default_rng(4)
+    n = 12_000
+    sawtooth = 40 + 2 * (np.arange(n) % 700) / 700 + rng.normal(0, 0.2, n)  # a drifting buffer
+    found = fnd.oscillation_period(sawtooth)
+    assert found is not None and abs(found[0] - 700) <= 3
+    (spikes, pattern) = fnd.periodicity(sawtooth, 0.01, "s0-e2e")
+    assert "none" in spikes.text and "repeats every" in pattern.text and "7.0" in pattern.text
+    packets = 40 + (np.arange(n) % 2) * 5 + rng.normal(0, 0.2, n)  # 2 units per packet
+    assert fnd.oscillation_period(packets) is None
+    assert fnd.oscillation_period(40 + np.arange(n) * 1e-4 + rng.normal(0, 0.2, n)) is None
+
+
+@pytest.mark.parametrize(
+    "series",
+    [
+        np.full(500, 40.0),
+        np.where(np.arange(500) % 2, 40.0, 45.0),
+        np.concatenate([np.full(495, np.nan), [1.0, 2, 3, 4, 5]]),
+        np.linspace(0, 100, 50),
+        -np.cos(np.arange(300) * np.pi / 2),
+    ],
+    ids=["constant", "alternating", "mostly-missing", "ramp", "quarter-wave"],
+)
+def test_periodicity_never_fails_on_odd_series(series: np.ndarray) -> None:
+    for finding in fnd.periodicity(series, 0.01, "x"):
+        assert finding.text and finding.anchor == "x"

@@ -32,6 +32,8 @@ SPIKE_GAP_UNITS = 5  # spike units closer than this belong to one burst
 PERIODIC_ACF = 0.3  # autocorrelation of the spike series at its period to call it periodic
 PERIODIC_SPREAD = 0.25  # burst intervals within this fraction of the period
 MIN_PERIODIC_BURSTS = 3
+OSCILLATION_ACF = 0.5  # autocorrelation of the whole series at its period to call it periodic
+MIN_OSCILLATION_UNITS = 10  # shorter periods are framing (packets of several units), not news
 
 
 @dataclass(frozen=True)
@@ -309,6 +311,8 @@ def _spike_period(spike: np.ndarray, starts: np.ndarray) -> tuple[int | None, fl
     smooth = np.convolve(acf, np.ones(5) / 5, mode="same")
     # The shortest lag near the best: multiples of the period correlate as well.
     window = smooth[lo:hi]
+    if window.max() <= 0:
+        return None, 0.0
     lag = lo + int(np.flatnonzero(window >= 0.8 * window.max())[0])
     lag = max(lag - 2, lo) + int(np.argmax(acf[max(lag - 2, lo) : lag + 3]))
     intervals = np.diff(starts)
@@ -321,9 +325,20 @@ def _spike_period(spike: np.ndarray, starts: np.ndarray) -> tuple[int | None, fl
     return None, float(acf[lag])
 
 
-def periodic_spikes(values_ms: np.ndarray, unit_s: float, anchor: str) -> list[Finding]:
-    """Latency spikes of an end-to-end series over the unit grid, and their period."""
+def periodicity(values_ms: np.ndarray, unit_s: float, anchor: str) -> list[Finding]:
+    """Spikes of an end-to-end series and their period; else a periodic pattern, if any."""
     spikes = find_spikes(values_ms)
+    found = periodic_spikes(values_ms, unit_s, anchor, spikes)
+    if spikes is None or spikes.period_units is None:
+        found += oscillation(values_ms, unit_s, anchor)
+    return found
+
+
+def periodic_spikes(
+    values_ms: np.ndarray, unit_s: float, anchor: str, spikes: Spikes | None = None
+) -> list[Finding]:
+    """Latency spikes of an end-to-end series over the unit grid, and their period."""
+    spikes = spikes or find_spikes(values_ms)
     if spikes is None:
         return []
     if not len(spikes.burst_starts):
@@ -351,6 +366,53 @@ def periodic_spikes(values_ms: np.ndarray, unit_s: float, anchor: str) -> list[F
         gaps = np.diff(spikes.burst_starts) * unit_s
         text += f", not periodic (from {gaps.min():.2f} s to {gaps.max():.2f} s apart)"
     return [Finding("spikes", text + ".", anchor, notable=True)]
+
+
+def oscillation_period(values_ms: np.ndarray) -> tuple[int, float] | None:
+    """The period (units) of a periodic pattern of the whole series, with its autocorrelation.
+
+    Gaps are filled with the median and a straight trend is removed; the period is the
+    first local maximum of the autocorrelation after it first crosses zero, if it is at
+    least MIN_OSCILLATION_UNITS, fits three times into the series and correlates at
+    OSCILLATION_ACF or more.
+    """
+    known = np.isfinite(values_ms)
+    if known.sum() < 3 * MIN_OSCILLATION_UNITS:
+        return None
+    y = np.where(known, values_ms, np.median(values_ms[known]))
+    x = np.arange(len(y), dtype=np.float64)
+    y = y - np.polyval(np.polyfit(x, y, 1), x)
+    acf = autocorrelation(y)
+    crossed = np.flatnonzero(acf < 0)
+    limit = len(acf) // 3
+    if not len(crossed) or limit <= crossed[0] + 1:
+        return None
+    start = int(crossed[0])
+    window = acf[start:limit]
+    if window.max() < OSCILLATION_ACF:
+        return None
+    # The shortest lag near the best: multiples of the period correlate as well.
+    lag = start + int(np.flatnonzero(window >= 0.8 * window.max())[0])
+    near = max(lag - lag // 20 - 1, start)
+    lag = near + int(np.argmax(acf[near : lag + lag // 20 + 2]))
+    if lag < MIN_OSCILLATION_UNITS or acf[lag] < OSCILLATION_ACF:
+        return None
+    return lag, float(acf[lag])
+
+
+def oscillation(values_ms: np.ndarray, unit_s: float, anchor: str) -> list[Finding]:
+    """A finding when the end-to-end series repeats a pattern (a sawtooth, a slow wave)."""
+    found = oscillation_period(values_ms)
+    if found is None:
+        return []
+    lag, acf = found
+    known = values_ms[np.isfinite(values_ms)]
+    swing = float(np.percentile(known, 95) - np.percentile(known, 5))
+    text = (
+        f"Periodic pattern: end-to-end latency repeats every {lag} units ({lag * unit_s:.2f} s; "
+        f"autocorrelation {acf:.2f} at that lag), swinging {_ms(swing)} ms from p5 to p95."
+    )
+    return [Finding("spikes", text, anchor, notable=True)]
 
 
 def bursts(

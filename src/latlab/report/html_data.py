@@ -400,7 +400,7 @@ def stream_findings(
     if len(view.e2e_ns):
         series = np.full(len(view.complete), np.nan)
         series[view.complete] = view.e2e_ns / 1e6
-        out += fnd.periodic_spikes(series, view.unit_s, f"{prefix}-e2e")
+        out += fnd.periodicity(series, view.unit_s, f"{prefix}-e2e")
     t_start = float(view.t_s.min()) if len(view.t_s) else 0.0
     out += fnd.bursts("loss", ~view.complete, view.unit_s, "units", f"{prefix}-loss", t0_s=t_start)
     conceal = model.get("concealment")
