@@ -25,7 +25,14 @@ from latlab.report.perfetto import _lanes
 
 REPO = Path(__file__).resolve().parent.parent
 LATLAB = str(REPO / "latlab")
-SCENARIOS = ("l16-basic", "l16-impaired")
+# per shipped scenario: processes a unit crosses (an emulated link's log is one), and the
+# name of a thread its slices must be on
+EXPECT = {
+    "l16-basic": (2, "rtpjitterbuffer ["),
+    "l16-impaired": (3, "rtpjitterbuffer ["),
+    "srt-720p30": (3, "srtsrc0:src ["),
+}
+SCENARIOS = tuple(EXPECT)
 
 
 def latlab(*args: str) -> subprocess.CompletedProcess:
@@ -37,7 +44,7 @@ def latlab(*args: str) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """3 s runs of shipped scenarios: direct link (2 processes) and emulated link (3)."""
+    """3 s runs of shipped scenarios: RTP over a direct and an emulated link, SRT video."""
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
     tmp = tmp_path_factory.mktemp("perfetto")
@@ -90,7 +97,7 @@ def test_every_pid_and_tid_is_named(traces: dict[str, dict[str, Any]], name: str
     assert any(label.startswith("rx / receiver (pid ") for label in labels), labels
     # thread tracks carry the traced thread's name and tid
     run_threads = [n for n in threads.values() if "[" in n]
-    assert any(n.startswith("rtpjitterbuffer [") for n in run_threads), run_threads
+    assert any(n.startswith(EXPECT[name][1]) for n in run_threads), run_threads
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
@@ -130,8 +137,7 @@ def test_every_unit_has_one_flow_through_its_slices_in_time_order(
         starts = [e["ts"] for e in chain]
         assert all(b > a for a, b in itertools.pairwise(starts))
         processes_crossed.add(len({e["pid"] for e in chain}))
-    hosts = 3 if name == "l16-impaired" else 2  # the emulated link is a process of its own
-    assert max(processes_crossed) == hosts
+    assert max(processes_crossed) == EXPECT[name][0]
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
@@ -147,7 +153,8 @@ def test_slices_carry_each_units_segments(
     totals = sorted(sum(v) for v in per_unit.values() if len(v) == segments)
     assert totals == sorted(stream.end_to_end.values_ns.tolist())
     names = {e["name"] for e in _slices(traces[name])}
-    assert "rtpjitterbuffer0:src (jitterbuffer)" in names
+    expected = {f"{s.to_probe.split('/', 1)[1]} ({s.kind})" for s in stream.segments}
+    assert names == expected
 
 
 def test_export_errors_are_one_line(runs: dict[str, Path], tmp_path: Path) -> None:
