@@ -92,6 +92,8 @@ def test_every_pid_and_tid_is_named(traces: dict[str, dict[str, Any]], name: str
     used = {(e["pid"], e["tid"]) for e in _slices(traces[name])}
     assert used and used <= set(threads)
     assert {pid for pid, _ in used} <= set(processes)
+    # Perfetto files process-level events under tid = pid: no track may use a pid as tid
+    assert not {tid for _, tid in threads} & set(processes)
     labels = sorted(processes.values())
     assert any(label.startswith("tx / sender (pid ") for label in labels), labels
     assert any(label.startswith("rx / receiver (pid ") for label in labels), labels

@@ -40,6 +40,9 @@ from latlab.ingest.events import EventTable
 from latlab.stitch.journeys import Journeys
 from latlab.stitch.position import MISSING
 
+# Perfetto files a process-level event (no tid) under tid = pid, so tids start above
+# every pid (pids are 1, 2, ... per process).
+TID_BASE = 1 << 20
 BLOCK_UNITS = 100_000  # units formatted at once (bounds the memory of one text block)
 FLOW_ID_STRIDE = 1 << 32  # bind_id = stream * stride + unit + 1
 NO_FLOW, FLOW_OUT, FLOW_STEP, FLOW_IN = 0, 1, 2, 3
@@ -98,7 +101,7 @@ class _Layout:
     def track(self, key: tuple, pid: int, name: str) -> int:
         """The tid of a track, created on first use (tids are unique in the whole trace)."""
         if key not in self.tracks:
-            self.tracks[key] = _Track(len(self.tracks) + 1, pid, name, key)
+            self.tracks[key] = _Track(TID_BASE + len(self.tracks) + 1, pid, name, key)
         return self.tracks[key].tid
 
 
@@ -122,20 +125,35 @@ def write_perfetto(
     result = ExportResult(Path(out), streams=len(streams))
     with open(out, "wb") as f:
         f.write(b'{"displayTimeUnit":"ns","traceEvents":[\n')
-        f.write(_json_line({"ph": "M", "name": "latlab", "pid": 0, "args": _trace_info(run)}))
+        events = _EventWriter(f)
         for index, stream in enumerate(streams):
-            _write_stream(f, index, stream.journeys, layout, result)
+            _write_stream(events, index, stream.journeys, layout, result)
         for line in _metadata_lines(layout):
-            f.write(b",\n" + line)
-        f.write(b"\n]}\n")
+            events.write(b",\n" + line)
+        f.write(b'\n],\n"otherData":' + _json_line(_trace_info(run)) + b"}\n")
         result.bytes = f.tell()
     result.tracks = len(layout.tracks)
     result.processes = len(layout.pids)
     return result
 
 
+class _EventWriter:
+    """Writes the events of the array; each chunk starts with ``,\\n`` (dropped the first time)."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self.f = f
+        self.first = True
+
+    def write(self, chunk: bytes | memoryview) -> None:
+        """Append events (a chunk of ``,\\n{...}`` lines)."""
+        if self.first and len(chunk):
+            chunk, self.first = chunk[2:], False
+        self.f.write(chunk)
+
+
 def _trace_info(run: dict[str, Any]) -> dict[str, Any]:
     return {
+        "generator": "latlab export --perfetto",
         "run": run.get("name", ""),
         "started_at": run.get("started_at", ""),
         "clock": "CLOCK_MONOTONIC",
@@ -167,7 +185,7 @@ def _meta(name: str, pid: int, tid: int | None, args: dict[str, Any]) -> bytes:
 
 
 def _write_stream(
-    f: IO[bytes], index: int, j: Journeys, layout: _Layout, result: ExportResult
+    f: _EventWriter, index: int, j: Journeys, layout: _Layout, result: ExportResult
 ) -> None:
     """All slices of one stream, one (segment, block of units) at a time."""
     times = j.times
@@ -314,8 +332,8 @@ def _slice_block(
 def _pids_of(tids: np.ndarray, layout: _Layout) -> np.ndarray:
     lookup = np.zeros(len(layout.tracks) + 1, np.int64)
     for track in layout.tracks.values():
-        lookup[track.tid] = track.pid
-    return lookup[tids]
+        lookup[track.tid - TID_BASE] = track.pid
+    return lookup[tids - TID_BASE]
 
 
 def _text(values: np.ndarray) -> pa.Array:
