@@ -473,3 +473,31 @@ def test_a_sawtooth_is_a_periodic_pattern_and_framing_is_not() -> None:
 def test_periodicity_never_fails_on_odd_series(series: np.ndarray) -> None:
     for finding in fnd.periodicity(series, 0.01, "x"):
         assert finding.text and finding.anchor == "x"
+
+
+def _sweep(values: list[dict[str, float]], e2e: list[float]) -> dict[str, Any]:
+    """A sweep.json with one stream per point and the given end-to-end p50s."""
+    names = list(values[0])
+    points = [
+        {"name": ",".join(f"{k}={v:g}" for k, v in vals.items()), "values": vals, "status": "ok",
+         "streams": [{"id": f"a/src->b/sink ssrc={i:08x}", "lost": 0, "late": 0, "kinds": {},
+                      "end_to_end": {"p50_ms": y, "p99_ms": y + 1}}]}
+        for i, (vals, y) in enumerate(zip(values, e2e, strict=True))
+    ]  # fmt: skip
+    return {"name": "s", "sweep": {"mode": "product", "variables": {n: [] for n in names}},
+            "points": points}  # fmt: skip
+
+
+def test_sweep_findings_give_each_variables_effect() -> None:
+    from latlab.report.html_sweep import sweep_model
+
+    grid = [{"lat": lat, "delay": d} for lat in (0, 40, 120) for d in (10, 40)]
+    e2e = [30 + 1.0 * v["lat"] + 2.0 * v["delay"] for v in grid]
+    model = sweep_model(_sweep(grid, e2e))
+    first = model["findings"][0].text
+    assert "+1.000 ms per unit of lat, +2.000 ms per unit of delay" in first
+    # the SSRC differs in every point; the stream is still one line across them
+    assert [s["stream"] for s in model["metrics"][0]["series"]] == ["a/src->b/sink"]
+    zipped = [{"lat": x, "delay": x} for x in (0, 40, 120, 200)]
+    text = sweep_model(_sweep(zipped, [30 + 3 * x for x in (0, 40, 120, 200)]))["findings"][0].text
+    assert "per unit" not in text and "from 30.00 ms at lat=0,delay=0" in text

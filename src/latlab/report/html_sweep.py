@@ -7,6 +7,7 @@ metric (end-to-end p50 and p99, the p50 of each segment kind, lost, late, CPU).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -59,14 +60,43 @@ def _metric(
     return {"key": key, "label": label, "unit": unit, "series": series}
 
 
+PHASES = ("encode", "transport", "decode")  # the budget phases of codec paths (SRT, Opus)
+INTERVALS = {"jitter_buffer": "browser jitter buffer", "capture_to_playout": "capture->playout"}
+
+
+def _nested(*keys: str) -> Any:
+    """A picker of ``stream[k0][k1]...`` (None where a level is missing)."""
+
+    def pick(stream: dict[str, Any]) -> Any:
+        value: Any = stream
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+
+    return pick
+
+
+def _present(points: list[dict[str, Any]], section: str, names: Iterable[str]) -> list[str]:
+    """The names that some point's streams have in a section (phases, intervals)."""
+    seen = {n for p in points for s in p.get("streams", []) for n in s.get(section, {})}
+    return [n for n in names if n in seen]
+
+
 def sweep_metrics(sweep: dict[str, Any]) -> list[dict[str, Any]]:
     """Every metric charted for a sweep, in the order of the comparison table."""
     points = sweep.get("points", [])
     ids = stream_labels(points)
     metrics = [_metric(points, ids, *m) for m in STREAM_METRICS[:2]]
     for kind in _kinds(points):
-        pick = (lambda k: lambda s: s.get("kinds", {}).get(k, {}).get("p50_ms"))(kind)
+        pick = _nested("kinds", kind, "p50_ms")
         metrics.append(_metric(points, ids, f"kind_{kind}", f"{kind} p50", "ms", pick))
+    for phase in _present(points, "phases", PHASES):
+        pick = _nested("phases", phase, "p50_ms")
+        metrics.append(_metric(points, ids, f"phase_{phase}", f"{phase} phase p50", "ms", pick))
+    for name in _present(points, "intervals", INTERVALS):
+        pick = _nested("intervals", name, "p50_ms")
+        label = f"{INTERVALS[name]} p50 (stats intervals)"
+        metrics.append(_metric(points, ids, f"interval_{name}", label, "ms", pick))
     metrics += [_metric(points, ids, *m) for m in STREAM_METRICS[2:]]
     cpu = [(p.get("resources") or {}).get("cpu_pct_total") for p in points]
     if any(v is not None for v in cpu):
@@ -77,23 +107,32 @@ def sweep_metrics(sweep: dict[str, Any]) -> list[dict[str, Any]]:
     return metrics
 
 
-def numeric_variable(sweep: dict[str, Any]) -> tuple[str, np.ndarray] | None:
-    """The one variable that changes across points, when it is numeric."""
+def numeric_variables(sweep: dict[str, Any]) -> dict[str, np.ndarray]:
+    """The variables that change across points and are numbers, with each point's value."""
     points = sweep.get("points", [])
-    variables = list(sweep.get("sweep", {}).get("variables", {}))
-    changing = [
-        v for v in variables if len({_value_text(p.get("values", {}).get(v)) for p in points}) > 1
-    ]
-    if len(changing) != 1:
+    out = {}
+    for name in sweep.get("sweep", {}).get("variables", {}):
+        values = [p.get("values", {}).get(name) for p in points]
+        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+        if numeric and len(set(values)) > 1:
+            out[name] = np.asarray(values, np.float64)
+    return out
+
+
+def linear_effects(variables: dict[str, np.ndarray], y: np.ndarray) -> dict[str, float] | None:
+    """Least-squares ms per unit of each variable (all fitted together), where y is known."""
+    known = np.isfinite(y)
+    if not variables or known.sum() < len(variables) + 2:
         return None
-    values = [p.get("values", {}).get(changing[0]) for p in points]
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+    design = np.column_stack([np.ones(int(known.sum()))] + [v[known] for v in variables.values()])
+    coef, _, rank, _ = np.linalg.lstsq(design, y[known], rcond=None)
+    if rank < design.shape[1]:  # a zip sweep can move two variables together
         return None
-    return changing[0], np.asarray(values, np.float64)
+    return dict(zip(variables, coef[1:].tolist(), strict=True))
 
 
 def sweep_findings(sweep: dict[str, Any], metrics: list[dict[str, Any]]) -> list[Finding]:
-    """Best and worst points by end-to-end latency; its slope against a numeric variable."""
+    """Best and worst points by end-to-end latency, and its change per unit of each variable."""
     points = sweep.get("points", [])
     out = []
     failed = [p["name"] for p in points if p.get("status") != "ok"]
@@ -102,7 +141,7 @@ def sweep_findings(sweep: dict[str, Any], metrics: list[dict[str, Any]]) -> list
             Finding("sweep", f"{len(failed)} of {len(points)} points did not finish: "
                     + ", ".join(failed) + ".", "sweep-table", notable=True)
         )  # fmt: skip
-    variable = numeric_variable(sweep)
+    variables = numeric_variables(sweep)
     for metric in metrics[:2]:
         for series in metric["series"]:
             y = np.array([np.nan if v is None else v for v in series["y"]], np.float64)
@@ -114,10 +153,12 @@ def sweep_findings(sweep: dict[str, Any], metrics: list[dict[str, Any]]) -> list
                 f"{metric['label']} ({series['stream']}): from {y[lo]:.2f} ms at "
                 f"{points[lo]['name']} to {y[hi]:.2f} ms at {points[hi]['name']}"
             )
-            if variable is not None and len(known) >= 2:
-                name, x = variable
-                slope = np.polyfit(x[known], y[known], 1)[0]
-                text += f"; {slope:+.3f} ms per unit of {name} (least-squares slope)"
+            effects = linear_effects(variables, y)
+            if effects:
+                text += "; " + ", ".join(
+                    f"{slope:+.3f} ms per unit of {name}" for name, slope in effects.items()
+                )
+                text += " (least-squares fit" + (" of all together)" if len(effects) > 1 else ")")
             out.append(Finding("sweep", text + ".", f"sweep-{metric['key']}"))
     return out
 
