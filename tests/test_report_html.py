@@ -302,11 +302,14 @@ def test_sweep_report_has_a_chart_per_metric(tmp_path: Path) -> None:
     html_path = report_html(tmp_path / "sweep", None)
     page = render(html_path, tmp_path)
     metrics = {"e2e_p50", "e2e_p99", "kind_jitterbuffer", "kind_capture", "lost", "late"}
-    check_rendered(page, {f"sweep-{m}" for m in metrics})
+    check_rendered(page, {f"sweep-{m}" for m in metrics} | {"sweep-composite"})
     slope = [f for f in page["findings"] if "end to end p50" in f and "per unit of jb" in f]
-    assert slope, page["findings"]  # a 30 ms jitter-buffer step moves e2e p50 by ~30 ms
+    assert slope, page["findings"]
     value = float(slope[0].split("; ")[1].split(" ms per")[0])
-    assert 0.7 < value < 1.3
+    sweep = json.loads((tmp_path / "sweep" / "sweep.json").read_text())
+    p50 = [p["streams"][0]["end_to_end"]["p50_ms"] for p in sweep["points"]]
+    assert value == pytest.approx((p50[1] - p50[0]) / 30, abs=0.001)
+    assert value > 0.3  # a longer jitter buffer holds each unit longer
 
 
 # --- synthetic runs (no root needed) --------------------------------------------------------

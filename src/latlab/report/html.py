@@ -17,6 +17,7 @@ from typing import Any
 from latlab import __version__
 from latlab.analysis.segments import StreamAnalysis
 from latlab.report.findings import Finding
+from latlab.report.html_composite import composite
 from latlab.report.html_data import CHARTS, MAX_POINTS, run_model, to_json
 from latlab.report.html_sweep import sweep_model
 
@@ -238,9 +239,10 @@ def sweep_table(model: dict[str, Any]) -> str:
     )
 
 
-def sweep_html(sweep: dict[str, Any]) -> str:
-    """The report of a sweep directory."""
+def sweep_html(sweep: dict[str, Any], composite: dict[str, Any] | None = None) -> str:
+    """The report of a sweep directory (``composite``: see html_composite.composite)."""
     model = sweep_model(sweep)
+    model["composite"] = composite
     charts = "".join(
         figure(f"sweep-{m['key']}", "sweep_metric", f"metrics.{k}",
                f"{esc(m['label'])} <small>({esc(m['unit'])})</small> per point")
@@ -252,7 +254,15 @@ def sweep_html(sweep: dict[str, Any]) -> str:
         + '<section id="sweep-charts"><h2>Per metric</h2>'
         + f'<div class="grid">{charts}</div></section>'
     )
-    model = {**model, "raw_points": None}
+    if composite:
+        body += (
+            '<section id="composite"><h2>Composite</h2>'
+            + figure("sweep-composite", "composite", "composite",
+                     f"Every point side by side: {composite['slice_units']} consecutive units from "
+                     "the middle of its run, each probe's time relative to the first probe, one "
+                     "colour per probe (as the thesis's composite figures 3.12-3.13).", tall=True)
+            + "</section>"
+        )  # fmt: skip
     subtitle = esc(f"sweep · {model['mode']} · {len(model['points'])} points")
     return page(f"latlab sweep: {model['name']}", subtitle, body, model)
 
@@ -283,6 +293,6 @@ def report_html(run_dir: Path, out: Path | None, unit_ms: float | None = None) -
             sweep = load_sweep(run_dir)
         except ValueError as exc:
             raise ReportError(str(exc)) from None
-        return write_html(sweep_html(sweep), target)
+        return write_html(sweep_html(sweep, composite(run_dir, sweep)), target)
     summary, _, streams = analyze_run(run_dir, unit_ms)
     return write_html(run_html(run_dir, run_metadata(run_dir), summary, streams), target)

@@ -122,7 +122,7 @@ def numeric_variables(sweep: dict[str, Any]) -> dict[str, np.ndarray]:
 def linear_effects(variables: dict[str, np.ndarray], y: np.ndarray) -> dict[str, float] | None:
     """Least-squares ms per unit of each variable (all fitted together), where y is known."""
     known = np.isfinite(y)
-    if not variables or known.sum() < len(variables) + 2:
+    if not variables or known.sum() < len(variables) + 1:
         return None
     design = np.column_stack([np.ones(int(known.sum()))] + [v[known] for v in variables.values()])
     coef, _, rank, _ = np.linalg.lstsq(design, y[known], rcond=None)
@@ -183,5 +183,4 @@ def sweep_model(sweep: dict[str, Any]) -> dict[str, Any]:
         ],
         "metrics": metrics,
         "findings": sweep_findings(sweep, metrics),
-        "raw_points": points,
     }

@@ -328,6 +328,27 @@
         .concat(d.beyond ? [[`${d.beyond} outside the bars' range, max ${fmt(d.max)} ms`, '#fff']] : []));
       p.readout((x, y) => `${fmt(x)} ms, ${fmt(y)} units`);
     },
+    composite(fig, d) {
+      const names = DATA.points.map((pt) => pt.name);
+      const p = new Plot(fig, {height: 420, bottom: 48});
+      const ys = d.slices.flatMap((s) => (s ? s.y : []));
+      p.frame([0, names.length], range(ys, {zero: true}), '', 'ms after the first probe',
+        {xticks: false});
+      const c = p.ctx;
+      const slot = (p.x1 - p.x0) / names.length;
+      c.fillStyle = '#444';
+      c.textAlign = 'center';
+      c.textBaseline = 'top';
+      names.forEach((n, i) => c.fillText(clip(n, c, slot - 4), p.sx(i + 0.5), p.y0 + 4));
+      d.slices.forEach((s, i) => {
+        if (i) p.line([i, i], [p.yr[0], p.yr[1]], '#bbb', 1);
+        if (!s) return;
+        const xs = s.y[0].map((_, k) => i + 0.05 + (0.9 * k) / Math.max(s.units - 1, 1));
+        s.probes.forEach((probe, j) => p.points(xs, s.y[j], color(d.probes.indexOf(probe)), 1.6));
+      });
+      legend(fig, d.probes.map((probe, j) => [probe, color(j)]));
+      p.readout((x, y) => `${names[Math.floor(x)] || ''}: ${fmt(y)} ms`);
+    },
     sweep_metric(fig, d) {
       const names = DATA.points.map((pt) => pt.name);
       const p = new Plot(fig, {height: 220, bottom: 48});
