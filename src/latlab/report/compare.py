@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from latlab.analysis.segments import StreamAnalysis
+from latlab.ingest.workers import parallel_map
 
 SCHEMA = "latlab.compare/1"
 RESAMPLES = 2000
@@ -323,9 +324,12 @@ def compare_streams(
     seed: int = SEED,
 ) -> Comparison:
     """Match the streams of two runs by path and compare every metric they share."""
-    rng = np.random.default_rng(seed)
     pairs, only_a, only_b = _match(a, b)
-    streams = [_compare_stream(sa, sb, resamples, confidence, rng) for sa, sb in pairs]
+    seeds = np.random.SeedSequence(seed).spawn(len(pairs))
+    streams = [
+        _compare_stream(sa, sb, resamples, confidence, stream_seed)
+        for (sa, sb), stream_seed in zip(pairs, seeds, strict=True)
+    ]
     return Comparison(run_a, run_b, streams, only_a, only_b, resamples, confidence, seed)
 
 
@@ -362,28 +366,37 @@ def _compare_stream(
     b: StreamAnalysis,
     resamples: int,
     confidence: float,
-    rng: np.random.Generator,
+    seed: np.random.SeedSequence,
 ) -> StreamComparison:
+    """Every metric both streams have, bootstrapped on a few threads (each row its own
+    seed, so the figures do not depend on the threads' order)."""
     metrics_a = {m.key: m for m in stream_metrics(a)}
     metrics_b = {m.key: m for m in stream_metrics(b)}
-    rows = []
-    for key, ma in metrics_a.items():
-        mb = metrics_b.get(key)
-        if mb is None:
-            continue
-        figures = compare_values(
+    shared = [(ma, metrics_b[key]) for key, ma in metrics_a.items() if key in metrics_b]
+    # A kind or phase with one segment has that segment's values: bootstrapped once.
+    distinct = list(dict.fromkeys(_values_key(ma, mb) for ma, mb in shared))
+    by_key = {_values_key(ma, mb): (ma, mb) for ma, mb in reversed(shared)}
+    seeds = dict(zip(distinct, seed.spawn(len(distinct)), strict=True))
+
+    def figures(key: tuple[bytes, bytes]) -> dict[str, Any]:
+        ma, mb = by_key[key]
+        rng = np.random.default_rng(seeds[key])
+        return compare_values(
             ma.values_ns, mb.values_ns, resamples=resamples, confidence=confidence, rng=rng
         )
-        rows.append(
-            {
-                "name": ma.name,
-                "group": ma.group,
-                "kind": ma.kind,
-                "from": ma.from_probe,
-                "to": ma.to_probe,
-                **figures,
-            }
-        )
+
+    computed = dict(zip(distinct, parallel_map(figures, distinct), strict=True))
+    rows = [
+        {
+            "name": ma.name,
+            "group": ma.group,
+            "kind": ma.kind,
+            "from": ma.from_probe,
+            "to": ma.to_probe,
+            **computed[_values_key(ma, mb)],
+        }
+        for ma, mb in shared
+    ]
     return StreamComparison(
         stream_key(a),
         a.journeys.stream_id,
@@ -392,6 +405,17 @@ def _compare_stream(
         _segments_missing(metrics_a, metrics_b),
         _segments_missing(metrics_b, metrics_a),
     )
+
+
+def _values_key(a: Metric, b: Metric) -> tuple[bytes, bytes]:
+    """Identifies a pair of value arrays by content (a digest of each)."""
+    return (_digest(a.values_ns), _digest(b.values_ns))
+
+
+def _digest(values: np.ndarray) -> bytes:
+    import hashlib
+
+    return hashlib.blake2b(np.ascontiguousarray(values).tobytes(), digest_size=16).digest()
 
 
 def _segments_missing(have: dict[tuple, Metric], other: dict[tuple, Metric]) -> list[str]:
