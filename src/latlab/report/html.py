@@ -47,7 +47,10 @@ def _asset(name: str) -> str:
 
 
 def figure(anchor: str, chart: str, source: str, caption: str, tall: bool = False) -> str:
-    """A chart placeholder the renderer fills: its id is the anchor findings link to."""
+    """A chart placeholder the renderer fills: its id is the anchor findings link to.
+
+    ``caption`` is HTML: escape (``esc``) any part of it that came from traces.
+    """
     size = " tall" if tall else ""
     return (
         f'<figure class="chart{size}" id="{esc(anchor)}" data-chart="{esc(chart)}" '

@@ -178,9 +178,11 @@ def sweep_model(sweep: dict[str, Any]) -> dict[str, Any]:
                 "status": p.get("status", ""),
                 "error": p.get("error"),
                 "values": {k: _value_text(v) for k, v in p.get("values", {}).items()},
+                "label": "/".join(_value_text(v) for v in p.get("values", {}).values()),
             }
             for p in points
         ],
+        "axis": "/".join(sweep.get("sweep", {}).get("variables", {})),
         "metrics": metrics,
         "findings": sweep_findings(sweep, metrics),
     }

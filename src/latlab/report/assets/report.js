@@ -226,6 +226,33 @@
     return p;
   }
 
+  // Point labels under a categorical axis; turned when they do not fit side by side.
+  function pointLabels(p, at) {
+    const c = p.ctx;
+    const labels = DATA.points.map((pt) => pt.label || pt.name);
+    const slot = (p.x1 - p.x0) / labels.length;
+    const widest = Math.max(...labels.map((l) => c.measureText(l).width));
+    c.fillStyle = '#444';
+    labels.forEach((label, i) => {
+      if (widest <= slot - 4) {
+        c.textAlign = 'center';
+        c.textBaseline = 'top';
+        c.fillText(label, p.sx(at(i)), p.y0 + 4);
+        return;
+      }
+      c.save();
+      c.translate(p.sx(at(i)), p.y0 + 4);
+      c.rotate(-Math.PI / 4);
+      c.textAlign = 'right';
+      c.textBaseline = 'middle';
+      c.fillText(clip(label, c, p.m.bottom * 1.3), 0, 0);
+      c.restore();
+    });
+    c.textAlign = 'center';
+    c.textBaseline = 'bottom';
+    c.fillText(DATA.axis || '', (p.x0 + p.x1) / 2, p.h - 2);
+  }
+
   const CHARTS = {
     waterfall(fig, d) {
       const labels = [...d.labels, 'end to end'];
@@ -330,16 +357,11 @@
     },
     composite(fig, d) {
       const names = DATA.points.map((pt) => pt.name);
-      const p = new Plot(fig, {height: 420, bottom: 48});
+      const p = new Plot(fig, {height: 460, bottom: 80});
       const ys = d.slices.flatMap((s) => (s ? s.y : []));
       p.frame([0, names.length], range(ys, {zero: true}), '', 'ms after the first probe',
         {xticks: false});
-      const c = p.ctx;
-      const slot = (p.x1 - p.x0) / names.length;
-      c.fillStyle = '#444';
-      c.textAlign = 'center';
-      c.textBaseline = 'top';
-      names.forEach((n, i) => c.fillText(clip(n, c, slot - 4), p.sx(i + 0.5), p.y0 + 4));
+      pointLabels(p, (i) => i + 0.5);
       d.slices.forEach((s, i) => {
         if (i) p.line([i, i], [p.yr[0], p.yr[1]], '#bbb', 1);
         if (!s) return;
@@ -351,15 +373,10 @@
     },
     sweep_metric(fig, d) {
       const names = DATA.points.map((pt) => pt.name);
-      const p = new Plot(fig, {height: 220, bottom: 48});
+      const p = new Plot(fig, {height: 260, bottom: 80});
       p.frame([-0.5, names.length - 0.5], range(d.series.map((s) => s.y), {zero: true}),
         '', d.unit, {xticks: false});
-      const c = p.ctx;
-      c.fillStyle = '#444';
-      c.textAlign = 'center';
-      c.textBaseline = 'top';
-      const slot = (p.x1 - p.x0) / names.length;
-      names.forEach((n, i) => c.fillText(clip(n, c, slot - 4), p.sx(i), p.y0 + 4));
+      pointLabels(p, (i) => i);
       const xs = names.map((_, i) => i);
       d.series.forEach((s, k) => {
         p.line(xs, s.y, color(k));
