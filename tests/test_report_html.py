@@ -432,7 +432,8 @@ def test_loss_bursts() -> None:
     assert starts.tolist() == [5, 300, 900] and lengths.tolist() == [3, 7, 1]
     (finding,) = fnd.bursts("loss", flags, 0.01, "units", "s0-loss")
     assert (
-        "11 of 1000 units" in finding.text and "longest 7 units (70 ms) at 3.00 s" in finding.text
+        "11 of 1000 units (1.1%), in 3 bursts" in finding.text
+        and "longest 7 units (70 ms) at 3.00 s" in finding.text
     )
 
 

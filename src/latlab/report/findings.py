@@ -412,21 +412,29 @@ def oscillation(values_ms: np.ndarray, unit_s: float, anchor: str) -> list[Findi
         f"Periodic pattern: end-to-end latency repeats every {lag} units ({lag * unit_s:.2f} s; "
         f"autocorrelation {acf:.2f} at that lag), swinging {_ms(swing)} ms from p5 to p95."
     )
-    return [Finding("spikes", text, anchor, notable=True)]
+    return [Finding("periodic", text, anchor, notable=True)]
 
 
 def bursts(
-    topic: str, flags: np.ndarray, step_s: float, noun: str, anchor: str, t0_s: float = 0.0
+    topic: str,
+    flags: np.ndarray,
+    step_s: float,
+    noun: str,
+    anchor: str,
+    t0_s: float = 0.0,
+    meaning: str = "",
 ) -> list[Finding]:
-    """Bursts of a per-step flag series (``loss``: lost units, ``concealment``: intervals)."""
+    """Bursts of a per-step flag series (``loss``: units that did not complete, ``concealment``:
+    stats intervals that concealed); ``meaning`` says what a flagged step is."""
     flags = np.asarray(flags, bool)
     if not flags.any():
         return []
     starts, lengths = runs_of(flags)
     longest = int(np.argmax(lengths))
     text = (
-        f"{topic.capitalize()}: {int(flags.sum())} of {len(flags)} {noun} ({flags.mean():.1%}) "
-        f"in {len(starts)} burst{'s' if len(starts) > 1 else ''}; the longest "
+        f"{topic.capitalize()}: {int(flags.sum())} of {len(flags)} {noun} ({flags.mean():.1%})"
+        + (f" {meaning}" if meaning else "")
+        + f", in {len(starts)} burst{'s' if len(starts) > 1 else ''}; the longest "
         f"{int(lengths[longest])} {noun} ({lengths[longest] * step_s * 1e3:.0f} ms) "
         f"at {t0_s + starts[longest] * step_s:.2f} s"
     )

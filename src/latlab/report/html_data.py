@@ -402,14 +402,17 @@ def stream_findings(
         series[view.complete] = view.e2e_ns / 1e6
         out += fnd.periodicity(series, view.unit_s, f"{prefix}-e2e")
     t_start = float(view.t_s.min()) if len(view.t_s) else 0.0
-    out += fnd.bursts("loss", ~view.complete, view.unit_s, "units", f"{prefix}-loss", t0_s=t_start)
+    out += fnd.bursts(
+        "loss", ~view.complete, view.unit_s, "units", f"{prefix}-loss", t0_s=t_start,
+        meaning="did not complete (lost, or late at a later probe)",
+    )  # fmt: skip
     conceal = model.get("concealment")
     if conceal:
         concealing = np.asarray(conceal["y"]) > 0
         t_first = conceal["x"][0] - conceal["step_s"] if conceal["x"] else 0.0
         out += fnd.bursts(
             "concealment", concealing, conceal["step_s"], "intervals", f"{prefix}-conceal",
-            t0_s=t_first,
+            t0_s=t_first, meaning="concealed samples",
         )  # fmt: skip
     return out
 
