@@ -45,3 +45,10 @@ def test_planted_link_delay_lands_in_send_and_network(tmp_path: Path) -> None:
         assert grew == pytest.approx(30.0, abs=TOLERANCE_MS)
         link = [s for s in stream["segments"] if s["to"].endswith(":out")]
         assert link and link[0]["p50_ms"] == pytest.approx(40.0, abs=0.1)  # the link's own delay
+        # the study's per-call stages, from each Chromium's own trace of its audio functions
+        functions = stream["browser_functions"]
+        for stage in ("capture_interval", "encode", "decode", "mix", "render_pull"):
+            assert functions[stage]["count"] >= 100, stage
+        assert functions["capture_interval"]["p50_ms"] == pytest.approx(10.0, abs=0.5)
+        assert functions["playout_interval"]["p50_ms"] == pytest.approx(10.0, abs=0.5)
+        assert 0 < functions["decode"]["p50_ms"] < functions["render_pull"]["p99_ms"] < 10

@@ -57,16 +57,16 @@ def interval_figures(
             continue
         values = _ratios(log.stats_counters(kind, ssrc, (num, den))[:, 1:], scale)
         if len(values):
-            out[name] = _describe(values)
+            out[name] = describe_ms(values)
     if receiver is None:
         return out
     for name, (kind, part, whole) in SHARES.items():
         values = _ratios(receiver.stats_counters(kind, ssrc, (part, whole))[:, 1:], 100.0)
         if len(values):
-            out[name] = _describe(values)  # in %, not ms
+            out[name] = describe_ms(values)  # in %, not ms
     e2e = capture_to_playout_ms(receiver, ssrc)
     if len(e2e):
-        out["capture_to_playout"] = _describe(e2e)
+        out["capture_to_playout"] = describe_ms(e2e)
     return out
 
 
@@ -91,6 +91,7 @@ def capture_to_playout_ms(receiver: BrowserLog, ssrc: int) -> np.ndarray:
     return np.array(values, np.float64)
 
 
-def _describe(values: np.ndarray) -> dict[str, float]:
+def describe_ms(values: np.ndarray) -> dict[str, float]:
+    """count, p50/p90/p99/max/mean of values in ms."""
     stats = Samples(np.rint(values * 1e6).astype(np.int64)).describe()
     return {k: float(stats[k]) for k in FIGURES}

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from latlab.analysis.browser_adaptation import adaptation, schedule_steps, timeline
+from latlab.analysis.browser_functions import function_figures
 from latlab.analysis.browser_intervals import interval_figures
 from latlab.analysis.phases import phase_bounds
 from latlab.analysis.stats import Samples
@@ -56,6 +57,7 @@ class StreamAnalysis:
     intervals: dict[str, Any] = field(default_factory=dict)  # browser stages per stats interval
     timeline: dict[str, np.ndarray] = field(default_factory=dict)  # per stats interval
     adaptation: list[dict[str, Any]] = field(default_factory=list)  # per link schedule change
+    functions: dict[str, Any] = field(default_factory=dict)  # browsers' audio functions, per call
 
 
 def analyze(
@@ -80,17 +82,18 @@ def analyze(
     streams = [_analyze_stream(j, cadence()) for j in journeys]
     by_name = {log.process: log for log in browsers}
     steps = schedule_steps(list(links))
+    window = _measured_window(run or {})
     for stream in streams:  # a traced peer's stream to or from a browser
         j = stream.journeys
         sender, receiver = (
             by_name.get(n.split("/", 1)[0]) for n in (j.probe_names[0], j.probe_names[-1])
         )
         if sender or receiver:
-            _add_browser_figures(stream, sender, receiver, steps)
+            _add_browser_figures(stream, sender, receiver, steps, window)
     for j in browser_journeys(list(browsers), table):
         stream = _analyze_stream(j, {})
         sender, receiver = (name.split("/", 1)[0] for name in (j.probe_names[0], j.probe_names[-1]))
-        _add_browser_figures(stream, by_name[sender], by_name[receiver], steps)
+        _add_browser_figures(stream, by_name[sender], by_name[receiver], steps, window)
         streams.append(stream)
     return streams
 
@@ -100,12 +103,21 @@ def _add_browser_figures(
     sender: BrowserLog | None,
     receiver: BrowserLog | None,
     steps: list[dict[str, Any]],
+    window: tuple[int, int] | None = None,
 ) -> None:
-    """The browsers' own stages per stats interval, and how the call adapted to ``steps``."""
+    """The browsers' own stages per stats interval and per call of their audio functions
+    (in the measured ``window``), and how the call adapted to ``steps``."""
     ssrc = stream.journeys.path.ssrc or 0
     stream.intervals = interval_figures(sender, receiver, ssrc)
     stream.timeline = timeline(sender, receiver, ssrc)
     stream.adaptation = adaptation(stream.timeline, steps)
+    stream.functions = function_figures(sender, receiver, window)
+
+
+def _measured_window(run: dict[str, Any]) -> tuple[int, int] | None:
+    """The run's measured window on CLOCK_MONOTONIC (run.json), if it has one."""
+    start, end = run.get("measure_start_monotonic_ns"), run.get("measure_end_monotonic_ns")
+    return (int(start), int(end)) if start and end else None
 
 
 def _analyze_stream(journeys: Journeys, cadence: dict[str, dict]) -> StreamAnalysis:

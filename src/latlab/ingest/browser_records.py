@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from latlab.ingest.chrome_trace import ChromeSlices, find_chrome_trace, read_chrome_trace
 from latlab.ingest.trace_reader import TraceError
 
 BROWSERS_DIR = "browsers"
@@ -55,6 +56,7 @@ class BrowserLog:
     sync: list[tuple[int, list[dict[str, Any]]]] = field(default_factory=list)
     console: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    functions: ChromeSlices | None = None  # its audio functions' calls (Chromium's trace)
 
     def stats_counters(self, kind: str, ssrc: int, names: tuple[str, ...]) -> np.ndarray:
         """Rows of (t_ns, *counters) of the ``getStats()`` reports of that type, in time
@@ -95,6 +97,12 @@ def read_browser_log(path: Path) -> BrowserLog:
         f"{r.get('level', 'log')}: {r.get('text', '')}" for r in by_type.get("console", [])
     ]
     log.problems = problems
+    trace = find_chrome_trace(path.parent, path.stem)
+    if trace is not None:
+        try:
+            log.functions = read_chrome_trace(trace)
+        except TraceError as error:
+            log.problems.append(str(error))
     return log
 
 

@@ -44,6 +44,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlencode
 
+from latlab.ingest.chrome_trace import chrome_trace_path
 from latlab.lab.netns import Lab, LabError, delete_namespace, ip, namespace_name
 from latlab.lab.process import STOP_STEPS as PIPELINE_STOP_STEPS
 from latlab.lab.process import ChildProcess
@@ -51,6 +52,10 @@ from latlab.lab.scenario import Call, Process, Scenario
 from latlab.lab.signals import signals_deferred
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")  # the /usr/bin wrapper misbehaves here
+DEVTOOLS_FLAGS = ("--remote-debugging-port=0",)  # its port: PROFILE/DevToolsActivePort
+DEVTOOLS_TIMEOUT_S = 10.0  # the close client (lab.devtools), its start-up included
+TRACE_FINISH_S = 5.0  # for Chromium to finish its trace file once asked to close
+TRACE_CATEGORIES = "webrtc,audio"  # the audio functions ingest.chrome_trace follows
 CHROMIUM_FLAGS = (
     "--headless=new",
     "--no-sandbox",
@@ -278,6 +283,7 @@ class BrowserLab:
         self._created = False
         self.cpu_at_ready: dict[str, float] = {}
         self.cpu_at_stop: dict[str, float] = {}
+        self.states_at_stop: dict[str, dict[str, str]] = {}
         self.version: str | None = None
 
     @property
@@ -429,8 +435,21 @@ class BrowserLab:
             f"--use-file-for-fake-audio-capture={self.audio_file(proc)}",
             f"--unsafely-treat-insecure-origin-as-secure={self.server_url(proc.host)}",
             f"--user-data-dir={profile}",
+            *DEVTOOLS_FLAGS,  # closed through DevTools at the end (lab.devtools)
+            *self.trace_flags(proc),
             *proc.browser_args,
             self.page_url(proc),
+        ]
+
+    def trace_flags(self, proc: Process) -> list[str]:
+        """Chromium's own trace of its WebRTC audio functions, to
+        browsers/traces/NAME/NAME.pftrace (``ingest.chrome_trace``)."""
+        trace = chrome_trace_path(self.records_dir, proc.name)
+        trace.parent.mkdir(parents=True, exist_ok=True)
+        return [
+            f"--trace-startup={TRACE_CATEGORIES}",
+            f"--trace-startup-file={trace}",
+            "--trace-startup-duration=0",  # until the browser stops
         ]
 
     def gst_argv(self, proc: Process) -> list[str]:
@@ -466,7 +485,35 @@ class BrowserLab:
             exited=self.exited,
             ready_marker=NEVER,
             stop_steps=STOP_STEPS,
+            close_request=lambda: self.request_close(proc),
         )
+
+    def request_close(self, proc: Process) -> bool:
+        """Ask ``proc``'s Chromium to close (DevTools ``Browser.close``), so it completes
+        its trace; False (then signals stop it) if it could not be asked."""
+        profile = self.records_dir / PROFILES_DIR / proc.name
+        argv = [sys.executable, "-m", "latlab.lab.devtools", str(profile)]
+        log = self.run_dir / "logs" / f"{proc.name}.devtools"
+        try:
+            with log.open("w", encoding="utf-8") as out:
+                done = subprocess.run(
+                    self.lab.exec_argv(proc.host, argv),
+                    stdout=out,
+                    stderr=out,
+                    timeout=DEVTOOLS_TIMEOUT_S,
+                    check=False,
+                )
+        except subprocess.TimeoutExpired:
+            return False
+        if done.returncode != 0:
+            return False
+        # Chromium's tracing service renames the finished trace as the browser shuts
+        # down; stopping the process group before would leave it unfinished.
+        trace = chrome_trace_path(self.records_dir, proc.name)
+        deadline = time.monotonic() + TRACE_FINISH_S
+        while not trace.exists() and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+        return True
 
     def check_server(self) -> None:
         """BrowserError if the page server has exited."""
@@ -596,13 +643,15 @@ class BrowserLab:
             "call": (call.name if (call := self.scenario.call_of(proc.name)) else None),
             "hello_s": since(peer.hello_ns),
             "media_s": since(peer.media_ns),
-            "states": dict(peer.states),
+            "states": self.states_at_stop.get(proc.name, dict(peer.states)),
             "cpu_at_ready_s": self.cpu_at_ready.get(proc.name),
             "cpu_s": self.cpu_at_stop.get(proc.name),
         }
 
-    def sample_cpu_at_stop(self, children: Mapping[str, ChildProcess]) -> None:
-        """CPU time of each browser's process tree, just before stopping."""
+    def sample_at_stop(self, children: Mapping[str, ChildProcess]) -> None:
+        """Each peer's call states and its process tree's CPU time, just before stopping
+        (closing one browser disconnects the other's call)."""
+        self.states_at_stop = {name: dict(self.tracker.state(name).states) for name in children}
         self.cpu_at_stop = {
             name: tree_cpu_s(child.pid)
             for name, child in children.items()

@@ -20,6 +20,7 @@ READY_MARKER = "New clock:"
 # SIGINT makes gst-launch -e send EOS and wait for it. GStreamer 1.22 can deadlock when that
 # EOS comes within milliseconds of PLAYING (send_event vs. the sink's preroll wait), hence
 # the escalation to SIGTERM and SIGKILL.
+CLOSE_GRACE_S = 5.0  # how long a program asked to close may take
 STOP_STEPS: tuple[tuple[signal.Signals, str, float | None], ...] = (
     (signal.SIGINT, "sigint", 5.0),
     (signal.SIGTERM, "sigterm", 2.0),
@@ -46,6 +47,8 @@ class ChildProcess:
     preexec: Callable[[], None] | None = None  # run in the child before exec (sched policy)
     on_line: Callable[[str], None] | None = None  # called with each stdout line, as read
     stop_steps: Sequence[tuple[signal.Signals, str, float | None]] = STOP_STEPS
+    # asks the program to close itself (a browser: DevTools); tried before the signals
+    close_request: Callable[[], bool] | None = None
     popen: subprocess.Popen[str] | None = None
     started_ns: int | None = None
     ready_ns: int | None = None
@@ -113,9 +116,20 @@ class ChildProcess:
         if self.popen.poll() is not None:
             self.stopped = "exited"
         else:
-            self.stopped = self._escalate(steps)
+            self.stopped = self._closed_on_request() or self._escalate(steps)
         self.close()
         return self.stopped
+
+    def _closed_on_request(self) -> str | None:
+        """``"closed"`` if the program closed itself when asked (``close_request``)."""
+        assert self.popen is not None
+        if self.close_request is None or not self.close_request():
+            return None
+        try:
+            self.popen.wait(timeout=CLOSE_GRACE_S)
+        except subprocess.TimeoutExpired:
+            return None
+        return "closed"
 
     def kill_group(self) -> None:
         """SIGKILL the process group if the process has not been reaped yet."""

@@ -201,7 +201,7 @@ class _Run:
             self._sched_at_stop()
             self.devices.sample_latency()
             if self.browsers is not None:
-                self.browsers.sample_cpu_at_stop(self._browser_children())
+                self.browsers.sample_at_stop(self._browser_children())
             self._stop_all()
             self._stop_devices()
             self.sampler.stop()

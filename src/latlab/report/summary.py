@@ -78,6 +78,8 @@ def _stream(s: StreamAnalysis) -> dict[str, Any]:
         out["frames"] = effects
     if s.intervals:
         out["intervals"] = s.intervals
+    if s.functions:
+        out["browser_functions"] = s.functions
     if s.timeline and len(s.timeline["t_ns"]):
         out["timeline"] = {
             name: [None if not math.isfinite(v) else round(float(v), 3) for v in values]

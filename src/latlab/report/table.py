@@ -123,6 +123,33 @@ def interval_table(intervals: dict[str, Any]) -> Table:
     return table
 
 
+FUNCTION_LABELS = {
+    "capture_interval": "capture interval (sender)",
+    "audio_processing": "audio processing (sender)",
+    "encode": "encode, per packet (sender)",
+    "decode": "decode, per packet",
+    "neteq_get_audio": "NetEq GetAudio (decode, conceal, stretch)",
+    "mix": "mix",
+    "render_pull": "render pull (mix + resample)",
+    "playout_interval": "playout interval",
+}
+
+
+def function_table(functions: dict[str, Any]) -> Table:
+    """The browsers' audio functions, one value per call, from Chromium's own trace."""
+    table = _titled("in the browser, per call (Chromium's trace of its audio functions)")
+    table.add_column("stage")
+    table.add_column("calls", justify="right")
+    for label in ("p50", "p90", "p99", "max", "mean"):
+        table.add_column(f"{label} ms", justify="right")
+    for name, label in FUNCTION_LABELS.items():
+        if name in functions:
+            f = functions[name]
+            cells = [_ms(f[k]) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms")]
+            table.add_row(label, str(int(f["count"])), *cells)
+    return table
+
+
 def adaptation_table(steps: list[dict[str, Any]]) -> Table:
     """Per scheduled link change: the jitter-buffer target before and after, and when it settled."""
     table = _titled("adaptation to link changes (jitter-buffer target)")
@@ -312,6 +339,8 @@ def render_summary(
             parts.append(frame_table(stream["frames"]))
         if stream.get("intervals"):
             parts.append(interval_table(stream["intervals"]))
+        if stream.get("browser_functions"):
+            parts.append(function_table(stream["browser_functions"]))
         if stream.get("adaptation"):
             parts.append(adaptation_table(stream["adaptation"]))
         handoffs = stream["thread_handoffs"]

@@ -1,0 +1,207 @@
+"""Chromium's own trace (Perfetto protobuf): how long its WebRTC audio functions ran.
+
+latlab starts each Chromium with startup tracing of the ``webrtc`` and ``audio``
+categories (``--trace-startup``), written as a Perfetto trace to
+``browsers/traces/NAME/NAME.pftrace``. Those categories hold a slice per call of the functions
+the libwebrtc study in the seeds patched log lines into: the capture callback, the
+encoder, NetEq's ``GetAudio`` (decoding, concealment, time stretching) and the
+decoder, the mixer, the renderer's pull (resampling) and the output device's
+callback. This module turns the trace into columns: per slice its name, thread
+track, start and duration.
+
+Perfetto's wire format is read with the ``perfetto`` package's generated protobuf
+classes. Chromium writes timestamps as deltas on a sequence-scoped incremental clock
+(microseconds); a clock snapshot on the sequence anchors it to CLOCK_MONOTONIC,
+which every namespace of the lab shares, so slices land on the run's clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from latlab.ingest.trace_reader import TraceError
+
+TRACE_SUFFIX = ".pftrace"
+TRACES_DIR = "traces"
+MONOTONIC = 3  # Perfetto's BUILTIN_CLOCK_MONOTONIC
+SLICE_BEGIN, SLICE_END = 1, 2
+SEQUENCE_CLEARED = 1  # TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+
+# The functions followed, by the name of their trace event.
+AUDIO_FUNCTIONS = (
+    "AudioInputDevice::AudioThreadCallback::Process",
+    "ChannelSend::ProcessAndEncodeAudio",
+    "AudioEncoder::Encode",
+    "NetEqImpl::InsertPacket",
+    "NetEqImpl::GetAudio",
+    "AudioDecoder::Decode",
+    "AudioMixerImpl::Mix",
+    "WebRtcAudioRenderer::Render",
+    "AudioOutputDevice::FireRenderCallback",
+)
+
+
+@dataclass
+class ChromeSlices:
+    """One row per completed slice of a followed function."""
+
+    name: np.ndarray  # int: index into AUDIO_FUNCTIONS
+    track: np.ndarray  # uint64 track (a thread's) uuid
+    start_ns: np.ndarray  # CLOCK_MONOTONIC
+    duration_ns: np.ndarray
+
+    def within(self, start_ns: int, end_ns: int) -> ChromeSlices:
+        """The slices that started in [start_ns, end_ns)."""
+        mask = (self.start_ns >= start_ns) & (self.start_ns < end_ns)
+        return ChromeSlices(*(getattr(self, f)[mask] for f in self.__dataclass_fields__))
+
+    def of(self, function: str) -> ChromeSlices:
+        """The slices of one function, in time order."""
+        mask = self.name == AUDIO_FUNCTIONS.index(function)
+        order = np.argsort(self.start_ns[mask], kind="stable")
+        return ChromeSlices(*(getattr(self, f)[mask][order] for f in self.__dataclass_fields__))
+
+
+def chrome_trace_path(records_dir: Path, browser: str) -> Path:
+    """Where a browser's trace goes: a directory of its own, as Chromium writes to a
+    temporary file beside it and renames it when tracing ends."""
+    return records_dir / TRACES_DIR / browser / f"{browser}{TRACE_SUFFIX}"
+
+
+def find_chrome_trace(records_dir: Path, browser: str) -> Path | None:
+    """A browser's trace: the renamed file, else the temporary file a browser stopped
+    before renaming it (it holds every packet written), else none."""
+    path = chrome_trace_path(records_dir, browser)
+    if path.is_file():
+        return path
+    partial = sorted(path.parent.glob(".org.chromium.*")) if path.parent.is_dir() else []
+    return partial[-1] if partial else None
+
+
+def read_chrome_trace(path: Path) -> ChromeSlices:
+    """The followed functions' slices in a Chromium Perfetto trace.
+
+    A trace cut short (the browser was killed) keeps every complete packet; a file
+    that is not a Perfetto trace at all is a ``TraceError`` naming it.
+    """
+    from google.protobuf.message import DecodeError
+    from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
+    trace = pb.Trace()
+    data = path.read_bytes()
+    try:
+        trace.ParseFromString(data)
+    except DecodeError:
+        trace = _complete_packets(pb, data, path)
+    return _slices(trace.packet)
+
+
+def _complete_packets(pb: object, data: bytes, path: Path) -> object:
+    """The packets before the first damaged one (a file cut mid-packet)."""
+    from google.protobuf.message import DecodeError
+
+    trace = pb.Trace()  # type: ignore[attr-defined]
+    offset = 0
+    while offset < len(data):
+        if data[offset] != 0x0A:  # field 1 (packet), length-delimited
+            break
+        length, start = _varint(data, offset + 1)
+        if start + length > len(data):
+            break
+        try:
+            trace.packet.add().ParseFromString(data[start : start + length])
+        except DecodeError:
+            trace.packet.pop()
+            break
+        offset = start + length
+    if not trace.packet:
+        raise TraceError(f"{path}: not a Perfetto trace")
+    return trace
+
+
+def _varint(data: bytes, offset: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while offset < len(data):
+        byte = data[offset]
+        value |= (byte & 0x7F) << shift
+        offset += 1
+        if not byte & 0x80:
+            break
+        shift += 7
+    return value, offset
+
+
+class _Sequence:
+    """What a packet sequence (one writer thread) carries from packet to packet."""
+
+    def __init__(self) -> None:
+        self.default_clock = 0  # the clock of packets that name none
+        self.incremental = -1  # the sequence's incremental clock
+        self.unit_ns = 1
+        self.clock = 0  # the incremental clock's last value, in its units
+        self.anchor_ns: int | None = None  # CLOCK_MONOTONIC at its value 0
+        self.names: dict[int, str] = {}
+        self.default_track = 0
+        self.open: dict[int, list[tuple[int, int]]] = {}  # track -> stack of (name, start)
+
+    def time_ns(self, packet: object) -> int | None:
+        """The packet's CLOCK_MONOTONIC time (advancing the incremental clock)."""
+        clock = packet.timestamp_clock_id or self.default_clock  # type: ignore[attr-defined]
+        if clock == MONOTONIC:
+            return int(packet.timestamp)  # type: ignore[attr-defined]
+        if clock != self.incremental or self.anchor_ns is None:
+            return None
+        self.clock += packet.timestamp  # type: ignore[attr-defined]
+        return self.anchor_ns + self.clock * self.unit_ns
+
+    def anchor(self, snapshot: object) -> None:
+        """Anchor the incremental clock to CLOCK_MONOTONIC (a new reference value)."""
+        clocks = {c.clock_id: c for c in snapshot.clocks}  # type: ignore[attr-defined]
+        incremental = next((c for c in clocks.values() if c.is_incremental), None)
+        monotonic = clocks.get(MONOTONIC)
+        if incremental is None or monotonic is None:
+            return
+        self.incremental = incremental.clock_id
+        self.unit_ns = incremental.unit_multiplier_ns or 1
+        self.clock = incremental.timestamp
+        self.anchor_ns = monotonic.timestamp - incremental.timestamp * self.unit_ns
+
+
+def _slices(packets: object) -> ChromeSlices:
+    """Pair slice begins and ends per track; keep the followed functions."""
+    wanted = {name: i for i, name in enumerate(AUDIO_FUNCTIONS)}
+    sequences: dict[int, _Sequence] = {}
+    rows: list[tuple[int, int, int, int]] = []
+    for packet in packets:  # type: ignore[attr-defined]
+        seq = sequences.setdefault(packet.trusted_packet_sequence_id, _Sequence())
+        if packet.sequence_flags & SEQUENCE_CLEARED:
+            seq.names.clear()
+        if packet.HasField("trace_packet_defaults"):
+            defaults = packet.trace_packet_defaults
+            seq.default_clock = defaults.timestamp_clock_id
+            seq.default_track = defaults.track_event_defaults.track_uuid
+        if packet.HasField("clock_snapshot"):
+            seq.anchor(packet.clock_snapshot)
+            continue
+        for entry in packet.interned_data.event_names:
+            seq.names[entry.iid] = entry.name
+        t_ns = seq.time_ns(packet) if packet.HasField("timestamp") else None
+        if t_ns is None or not packet.HasField("track_event"):
+            continue
+        event = packet.track_event
+        track = event.track_uuid or seq.default_track
+        stack = seq.open.setdefault(track, [])
+        if event.type == SLICE_BEGIN:
+            name = event.name or seq.names.get(event.name_iid, "")
+            stack.append((wanted.get(name, -1), t_ns))
+        elif event.type == SLICE_END and stack:
+            name_index, start = stack.pop()
+            if name_index >= 0:
+                rows.append((name_index, track, start, t_ns - start))
+    table = np.array(rows, np.int64).reshape(-1, 4) if rows else np.zeros((0, 4), np.int64)
+    return ChromeSlices(
+        table[:, 0], table[:, 1].astype(np.uint64), table[:, 2].copy(), table[:, 3].copy()
+    )
