@@ -233,6 +233,7 @@ class Difference:
         return bool(self.low > 0 or self.high < 0)
 
     def to_json(self) -> dict[str, Any]:
+        """``estimate``, ``ci`` [low, high] and ``significant`` (ms, rounded to 0.1 µs)."""
         return {
             "estimate": _r(self.estimate),
             "ci": [_r(self.low), _r(self.high)],
