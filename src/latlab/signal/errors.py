@@ -1,0 +1,7 @@
+"""The error a user's input to ``latlab signal`` raises: shown as one line, never a traceback."""
+
+from __future__ import annotations
+
+
+class SignalError(ValueError):
+    """A recording or an option ``latlab signal`` cannot use; the message names the file."""

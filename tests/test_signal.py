@@ -1,0 +1,212 @@
+"""Time-coded test audio: codes written by ``latlab signal generate`` are found by
+``latlab signal decode`` at their planted instants through real GStreamer codecs and
+resamplers; bad recordings give one line naming the file and what was found."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.io import wavfile
+
+from latlab.signal.channels import Codec, delay, gst_channel
+from latlab.signal.timecode import decode, generate
+from latlab.signal.wavio import read_wav, write_wav
+
+REPO = Path(__file__).resolve().parent.parent
+LATLAB = str(REPO / "latlab")
+RATE = 48000
+PLANTED = 4321
+"""Samples of silence put before the codes: the delay the decoder must find."""
+TOLERANCE_S = 1e-4
+
+needs_gst = pytest.mark.skipif(shutil.which("gst-launch-1.0") is None, reason="no GStreamer")
+
+
+def latlab(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run(
+        [LATLAB, *args], capture_output=True, text=True, env=env, check=False, timeout=300
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr + result.stdout
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def test_audio(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """20 s of codes written by the CLI, and its codes.json."""
+    out = tmp_path_factory.mktemp("signal") / "test.wav"
+    result = latlab("signal", "generate", "--out", str(out), "--duration", "20")
+    assert result.returncode == 0, result.stderr
+    return out, json.loads(out.with_name("test.wav.codes.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def delayed(test_audio: tuple[Path, dict]) -> Path:
+    """The test audio behind PLANTED samples of silence."""
+    path, _ = test_audio
+    audio = read_wav(path)
+    out = path.with_name("delayed.wav")
+    write_wav(out, delay(audio.samples, PLANTED), audio.rate)
+    return out
+
+
+def decoded_json(path: Path) -> dict:
+    result = latlab("signal", "decode", str(path), "--json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def timing_errors(sent: dict, received: dict, planted_s: float) -> tuple[np.ndarray, int]:
+    """Received minus (sent + planted) per code found, and how many sent codes were missed."""
+    sent_time = {c["index"]: c["time_s"] for c in sent["codes"]}
+    errors = [c["time_s"] - sent_time[c["index"]] - planted_s for c in received["codes"]]
+    return np.array(errors), len(sent_time) - len({c["index"] for c in received["codes"]})
+
+
+def test_generated_codes_decode_at_their_instants(test_audio: tuple[Path, dict]) -> None:
+    path, sent = test_audio
+    assert sent["sample_rate"] == RATE and len(sent["codes"]) == 98
+    assert [c["index"] for c in sent["codes"]] == list(range(98))
+    assert sent["codes"][1]["time_s"] - sent["codes"][0]["time_s"] == pytest.approx(0.2)
+    received = decoded_json(path)
+    errors, missed = timing_errors(sent, received, 0.0)
+    assert missed == 0 and np.max(np.abs(errors)) < 1e-6
+    assert min(c["confidence"] for c in received["codes"]) > 0.99
+
+
+@needs_gst
+@pytest.mark.parametrize("bitrate", [32000, 16000])
+def test_planted_delay_through_opus(delayed: Path, test_audio: tuple[Path, dict], bitrate: int):
+    """GStreamer opusenc/opusdec: every code found, at the planted delay within 0.1 ms."""
+    out = delayed.with_name(f"opus{bitrate}.wav")
+    gst_channel(delayed, out, RATE, Codec(bitrate))
+    errors, missed = timing_errors(test_audio[1], decoded_json(out), PLANTED / RATE)
+    assert missed == 0
+    assert np.max(np.abs(errors)) <= TOLERANCE_S, errors
+
+
+@needs_gst
+@pytest.mark.parametrize("rate", [44100, 16000])
+def test_resampled_recording(delayed: Path, test_audio: tuple[Path, dict], rate: int) -> None:
+    """A recording at another rate (audioresample after Opus): times in seconds still match."""
+    out = delayed.with_name(f"opus-{rate}.wav")
+    gst_channel(delayed, out, rate, Codec(32000))
+    received = decoded_json(out)
+    assert received["sample_rate"] == rate
+    errors, missed = timing_errors(test_audio[1], received, PLANTED / RATE)
+    assert missed == 0
+    assert np.max(np.abs(errors)) <= TOLERANCE_S, errors
+
+
+@needs_gst
+def test_lost_packets_leave_no_gap_in_the_sequence(
+    delayed: Path, test_audio: tuple[Path, dict]
+) -> None:
+    """5 % of Opus packets dropped and concealed: codes whose bits broke are inferred from
+    their neighbours, none is wrong, and times stay within 0.1 ms."""
+    out = delayed.with_name("loss.wav")
+    gst_channel(delayed, out, RATE, Codec(32000, loss=0.05))
+    received = decoded_json(out)
+    errors, missed = timing_errors(test_audio[1], received, PLANTED / RATE)
+    assert missed <= 2
+    assert np.max(np.abs(errors)) <= TOLERANCE_S, errors
+
+
+def test_sub_sample_delay() -> None:
+    """A delay of 0.37 samples (applied as a linear phase) is measured to 0.02 samples."""
+    signal = generate(5, RATE, 0.2)
+    spectrum = np.fft.rfft(signal.samples)
+    freqs = np.fft.rfftfreq(len(signal.samples))
+    shifted = np.fft.irfft(spectrum * np.exp(-2j * np.pi * freqs * 0.37), len(signal.samples))
+    found = decode(shifted.astype(np.float32), RATE)
+    assert np.array_equal(found.index, signal.index)
+    error_samples = (found.time_s - signal.time_s) * RATE - 0.37
+    assert np.max(np.abs(error_samples)) < 0.02
+
+
+def test_codes_mixed_into_other_audio(tmp_path: Path) -> None:
+    """--mix: codes under a tone with vibrato (louder than the codes, below their band) and
+    a tone inside their band (10 dB below them) are all found."""
+    t = np.arange(10 * 16000) / 16000
+    tones = 0.3 * np.sin(2 * np.pi * (220 * t - 30 / np.pi * np.cos(np.pi * t)))
+    tones += 0.03 * np.sin(2 * np.pi * 1320 * t)
+    mix = tmp_path / "tones.wav"
+    write_wav(mix, tones.astype(np.float32), 16000)
+    out = tmp_path / "mixed.wav"
+    result = latlab("signal", "generate", "--out", str(out), "--duration", "10", "--mix", str(mix))
+    assert result.returncode == 0, result.stderr
+    sent = json.loads(out.with_name("mixed.wav.codes.json").read_text())
+    _, missed = timing_errors(sent, decoded_json(out), 0.0)
+    assert missed == 0
+
+
+def test_table_output(test_audio: tuple[Path, dict]) -> None:
+    result = latlab("signal", "decode", str(test_audio[0]))
+    assert result.returncode == 0, result.stderr
+    assert "98 codes in 20.0 s at 48000 Hz" in result.stdout and "0.500000" in result.stdout
+
+
+def test_recording_without_codes(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    path = tmp_path / "speechless.wav"
+    write_wav(path, (0.1 * rng.standard_normal(3 * RATE)).astype(np.float32), RATE)
+    line = one_line_error(latlab("signal", "decode", str(path)))
+    assert str(path) in line and "no time codes in 3.0 s" in line and "best sync" in line
+
+
+def test_silent_recording(tmp_path: Path) -> None:
+    path = tmp_path / "silent.wav"
+    write_wav(path, np.zeros(2 * RATE, dtype=np.float32), RATE)
+    line = one_line_error(latlab("signal", "decode", str(path)))
+    assert str(path) in line and "silent (all samples are zero over 2.0 s)" in line
+
+
+def test_clipped_recording(tmp_path: Path, test_audio: tuple[Path, dict]) -> None:
+    rate, data = wavfile.read(test_audio[0])
+    path = tmp_path / "clipped.wav"
+    wavfile.write(path, rate, np.clip(data.astype(np.int32) * 8, -32768, 32767).astype(np.int16))
+    line = one_line_error(latlab("signal", "decode", str(path)))
+    assert str(path) in line and "clipped (" in line and "98 codes found anyway" in line
+    assert latlab("signal", "decode", str(path), "--allow-clipped").returncode == 0
+
+
+def test_wrong_sample_rate_in_header(tmp_path: Path, test_audio: tuple[Path, dict]) -> None:
+    """A 48 kHz recording labelled 44.1 kHz: the codes do not fit; the message says which
+    rate they fit."""
+    _, data = wavfile.read(test_audio[0])
+    path = tmp_path / "labelled-44100.wav"
+    wavfile.write(path, 44100, data)
+    line = one_line_error(latlab("signal", "decode", str(path)))
+    assert str(path) in line and "the codes fit 48000 Hz" in line
+
+
+def test_unsupported_rate_and_not_a_wav(tmp_path: Path) -> None:
+    low = tmp_path / "low.wav"
+    wavfile.write(low, 4000, np.zeros(8000, dtype=np.int16))
+    line = one_line_error(latlab("signal", "decode", str(low)))
+    assert str(low) in line and "4000 Hz is below 8000 Hz" in line
+    text = tmp_path / "notes.wav"
+    text.write_text("not audio\n")
+    line = one_line_error(latlab("signal", "decode", str(text)))
+    assert str(text) in line and "not a readable WAV file" in line
+    short = tmp_path / "short.wav"
+    write_wav(short, np.full(480, 0.1, dtype=np.float32), RATE)
+    assert "shorter than one code" in one_line_error(latlab("signal", "decode", str(short)))
+
+
+def test_interval_shorter_than_a_code(tmp_path: Path) -> None:
+    out = tmp_path / "x.wav"
+    line = one_line_error(latlab("signal", "generate", "--out", str(out), "--interval-ms", "50"))
+    assert "interval 50 ms is shorter than one code" in line and not out.exists()
