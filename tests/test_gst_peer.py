@@ -9,6 +9,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import signal
+import threading
 from collections import Counter
 from collections.abc import Callable
 from functools import cache
@@ -254,3 +256,48 @@ def test_shipped_scenario_parses() -> None:
     assert bob.webrtc == "gstreamer" and bob.call_peer == "gstreamer webrtcbin"
     call = scenario.call_of("bob")
     assert call is not None and call.between == ("alice", "bob")
+
+
+def kill_when_media_flows(out: Path, victim: str, stop: threading.Event) -> None:
+    """SIGKILL ``victim`` (alice: her Chromium's browser process; bob: the webrtcbin peer
+    program) once bob reports media flowing both ways (the run's measured phase)."""
+    records_file = out / "webrtc" / "bob.jsonl"
+    while not stop.wait(0.05):
+        text = records_file.read_text() if records_file.exists() else ""
+        if sum(1 for line in text.splitlines() if '"media"' in line) < 2:
+            continue
+        for entry in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode().split("\0")
+            except (OSError, ValueError):
+                continue
+            browser = argv[0] == str(CHROMIUM) and not any(a.startswith("--type=") for a in argv)
+            alice = browser and any(str(out) in a for a in argv)
+            bob = any(a.endswith("gstpeer.py") for a in argv) and "bob" in argv  # --id bob
+            if (victim == "alice" and alice) or (victim == "bob" and bob):
+                os.kill(int(entry), signal.SIGKILL)
+                return
+
+
+@lab
+@pytest.mark.parametrize("victim", ["bob", "alice"])
+def test_peer_killed_mid_call_fails_the_run_in_one_line(tmp_path: Path, victim: str) -> None:
+    needs_gi()
+    out = tmp_path / "run"
+    scenario = parse_scenario(gst_scenario(duration=20), str(tmp_path / "s.toml"))
+    stop = threading.Event()
+    killer = threading.Thread(target=kill_when_media_flows, args=(out, victim, stop))
+    killer.start()
+    try:
+        with pytest.raises(RunError) as failure:
+            run_scenario(scenario, out, progress=False)
+    finally:
+        stop.set()
+        killer.join()
+    message = str(failure.value)
+    assert message.startswith(f"process '{victim}' (")
+    assert "exited during the run (exit code -9)" in message and "\n" not in message
+    run = json.loads((out / "run.json").read_text())
+    assert run["status"] == "failed" and run["error"] == message
+    assert (out / "traces").is_dir() and (out / "browsers/alice.jsonl").stat().st_size > 0
+    assert leftovers(tmp_path) == ([], [])
