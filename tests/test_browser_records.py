@@ -176,3 +176,25 @@ def test_adaptation_settles_when_the_target_reaches_its_new_level() -> None:
     assert (first["target_before_ms"], first["target_after_ms"]) == (20.0, 100.0)
     assert first["settled_s"] == pytest.approx(0.8)  # within 10 % of the move from 0.8 s on
     assert not second["changed"] and second["settled_s"] is None
+
+
+def test_adaptation_of_send_rate_and_latency_down_and_back() -> None:
+    """A bandwidth step at 4 s: the send rate is halved by 5.6 s and back 2.2 s after the
+    step back at 8 s; the latency jumps in the first interval and falls back by 8.8 s."""
+    from latlab.analysis.browser_adaptation import adaptation
+
+    t = (np.arange(1, 70) * 0.2e9).astype(np.int64)
+    rate = np.select([t <= 4e9, t <= 5.4e9, t <= 8e9, t <= 10e9], [32.0, 24.0, 16.0, 16.0], 32.0)
+    latency = np.where((t > 4e9) & (t <= 8.6e9), 230.0, 40.0)
+    steps = [
+        {"t_ns": 4_000_000_000, "at_s": 4.0, "link": "a-b", "set": {"rate_kbit": 24}},
+        {"t_ns": 8_000_000_000, "at_s": 8.0, "link": "a-b", "set": {"rate_kbit": 1000}},
+    ]
+    series = {"t_ns": t, "send_kbit_s": rate, "latency_ms": latency}
+    down, up = adaptation(series, steps)
+    assert "target" not in down and "target_before_ms" not in down  # no target series given
+    assert (down["send_rate"]["before"], down["send_rate"]["after"]) == (32.0, 16.0)
+    assert down["send_rate"]["settled_s"] == pytest.approx(1.6)  # 16 from the 5.6 s interval
+    assert down["latency"]["settled_s"] == pytest.approx(0.2)  # the first interval after
+    assert up["send_rate"]["settled_s"] == pytest.approx(2.2)  # 32 again from 10.2 s
+    assert up["latency"]["settled_s"] == pytest.approx(0.8)  # 40 ms from 8.8 s

@@ -14,7 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from latlab.analysis.browser_adaptation import adaptation, schedule_steps, timeline
+from latlab.analysis.browser_adaptation import (
+    adaptation,
+    latency_per_interval,
+    schedule_steps,
+    timeline,
+)
 from latlab.analysis.browser_functions import function_figures
 from latlab.analysis.browser_intervals import interval_figures
 from latlab.analysis.phases import phase_bounds
@@ -110,6 +115,12 @@ def _add_browser_figures(
     ssrc = stream.journeys.path.ssrc or 0
     stream.intervals = interval_figures(sender, receiver, ssrc)
     stream.timeline = timeline(sender, receiver, ssrc)
+    if len(stream.timeline["t_ns"]):
+        complete = stream.journeys.complete
+        arrived = stream.journeys.times[complete, -1]
+        stream.timeline["latency_ms"] = latency_per_interval(
+            stream.timeline["t_ns"], arrived, stream.end_to_end.values_ns
+        )
     stream.adaptation = adaptation(stream.timeline, steps)
     stream.functions = function_figures(sender, receiver, window)
 

@@ -150,25 +150,33 @@ def function_table(functions: dict[str, Any]) -> Table:
     return table
 
 
+ADAPTING_LABELS = {
+    "target": "jitter-buffer target ms",
+    "send_rate": "send rate kbit/s",
+    "latency": "latency (e2e p50) ms",
+}
+
+
 def adaptation_table(steps: list[dict[str, Any]]) -> Table:
-    """Per scheduled link change: the jitter-buffer target before and after, and when it settled."""
-    table = _titled("adaptation to link changes (jitter-buffer target)")
-    for label in ("at s", "link", "set", "target before ms", "target after ms", "settled after s"):
-        table.add_column(label, justify="left" if label in ("link", "set") else "right")
+    """Per scheduled link change and series: the level before and after, and when it settled."""
+    table = _titled("adaptation to link changes (per stats interval)")
+    for label in ("at s", "link", "set", "series", "before", "after", "settled after s"):
+        table.add_column(label, justify="left" if label in ("link", "set", "series") else "right")
     for step in steps:
-        settled = step["settled_s"]
-        if not step.get("changed", True):
-            settled = None
-        table.add_row(
-            f"{step['at_s']:g}",
-            step["link"],
-            ", ".join(f"{k}={v}" for k, v in step["set"].items()),
-            _ms(step["target_before_ms"]),
-            _ms(step["target_after_ms"]),
-            ("-" if step.get("changed", True) else "unchanged")
-            if settled is None
-            else f"{settled:.1f}",
-        )
+        change = ", ".join(f"{k}={v}" for k, v in step["set"].items())
+        for key, label in ADAPTING_LABELS.items():
+            series = step.get(key)
+            if series is None:
+                continue
+            settled = series["settled_s"]
+            if not series["changed"]:
+                how = "unchanged"
+            else:
+                how = "-" if settled is None else f"{settled:.1f}"
+            table.add_row(
+                f"{step['at_s']:g}", step["link"], change, label,
+                _ms(series["before"]), _ms(series["after"]), how,
+            )  # fmt: skip
     return table
 
 
