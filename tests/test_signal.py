@@ -210,3 +210,81 @@ def test_interval_shorter_than_a_code(tmp_path: Path) -> None:
     out = tmp_path / "x.wav"
     line = one_line_error(latlab("signal", "generate", "--out", str(out), "--interval-ms", "50"))
     assert "interval 50 ms is shorter than one code" in line and not out.exists()
+
+
+def speech_like(seconds: float, rate: int, seed: int = 1) -> np.ndarray:
+    """Voiced syllables: a glottal pulse train with gliding pitch through two formants that
+    change every 250 ms; no long pauses."""
+    from scipy.signal import lfilter
+
+    rng = np.random.default_rng(seed)
+    n = int(seconds * rate)
+    t = np.arange(n) / rate
+    pitch = 140 + 40 * np.sin(2 * np.pi * 0.3 * t) + 15 * np.sin(2 * np.pi * 3.1 * t)
+    pulses = (np.diff(np.floor(np.cumsum(pitch / rate)), prepend=0) > 0).astype(float)
+    out = np.zeros(n)
+    syllable = int(0.25 * rate)
+    for start in range(0, n, syllable):
+        seg = pulses[start : start + syllable]
+        seg = seg + 0.01 * rng.standard_normal(len(seg))
+        for formant in (rng.uniform(300, 900), rng.uniform(1000, 2600)):
+            r, w = 0.96, 2 * np.pi * formant / rate
+            seg = lfilter([1 - r], [1, -2 * r * np.cos(w), r * r], seg)
+        out[start : start + len(seg)] = seg * np.hanning(len(seg)) ** 0.5
+    return (0.3 * out / np.max(np.abs(out))).astype(np.float32)
+
+
+def test_compare_finds_latency_steps_and_dropouts(tmp_path: Path) -> None:
+    """Received = sent 30 ms later at half the level, 100 ms lost at 3 s, 10 ms of silence
+    inserted at 5 s, 5 ms removed at 8 s: the latency series and the events say so."""
+    sent = speech_like(12, RATE)
+    received = delay(sent, int(0.030 * RATE)) * 0.5
+    received[int(3.0 * RATE) : int(3.1 * RATE)] = 0
+    at = int(5.0 * RATE)
+    received = np.concatenate([received[:at], np.zeros(int(0.01 * RATE)), received[at:]])
+    at = int(8.0 * RATE)
+    received = np.concatenate([received[:at], received[at + int(0.005 * RATE) :]])
+    write_wav(tmp_path / "sent.wav", sent, RATE)
+    write_wav(tmp_path / "received.wav", received.astype(np.float32), RATE)
+    result = latlab(
+        "signal", "compare", str(tmp_path / "sent.wav"), str(tmp_path / "received.wav"), "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    series = {round(w["time_s"], 2): w["latency_ms"] for w in document["series"]}
+    assert series[2.0] == pytest.approx(30, abs=0.02)
+    assert series[6.5] == pytest.approx(40, abs=0.02)
+    assert series[10.0] == pytest.approx(35, abs=0.02)
+    events = document["disruptions"]["events"]
+    steps = [e for e in events if e["kind"] in ("inserted", "removed")]
+    assert [e["kind"] for e in steps] == ["inserted", "removed"]
+    assert steps[0]["start_s"] == pytest.approx(5.0, abs=0.02)
+    assert steps[0]["size_ms"] == pytest.approx(10, abs=0.05)
+    assert steps[1]["start_s"] == pytest.approx(8.0, abs=0.02)
+    assert steps[1]["size_ms"] == pytest.approx(-5, abs=0.05)
+    lost = [e for e in events if e["kind"] == "dropout" and abs(e["start_s"] - 3.0) < 0.02]
+    assert len(lost) == 1 and lost[0]["duration_s"] >= 0.08
+
+
+@needs_gst
+def test_pesq_through_opus(tmp_path: Path) -> None:
+    """PESQ (narrow- and wideband): a copy scores near the top, Opus at 16 kbit/s lower."""
+    from latlab.signal.correlate import pesq_scores
+
+    sent = speech_like(10, RATE)
+    write_wav(tmp_path / "sent.wav", sent, RATE)
+    gst_channel(tmp_path / "sent.wav", tmp_path / "opus.wav", RATE, Codec(16000))
+    coded = read_wav(tmp_path / "opus.wav").samples
+    copy, opus = pesq_scores(sent, sent, RATE, 0.0), pesq_scores(sent, coded, RATE, 0.0)
+    for mode in ("nb", "wb"):
+        assert copy[mode] > 4.4
+        assert 1.0 < opus[mode] < copy[mode] - 0.1
+
+
+def test_compare_without_a_match(tmp_path: Path) -> None:
+    rng = np.random.default_rng(2)
+    write_wav(tmp_path / "sent.wav", speech_like(4, RATE), RATE)
+    noise = tmp_path / "noise.wav"
+    write_wav(noise, (0.1 * rng.standard_normal(4 * RATE)).astype(np.float32), RATE)
+    line = one_line_error(latlab("signal", "compare", str(tmp_path / "sent.wav"), str(noise)))
+    assert str(noise) in line and "matches the sent audio nowhere" in line

@@ -419,6 +419,34 @@ def signal_decode(
     render_decoded(document, console)
 
 
+@signal_app.command("compare")
+def signal_compare(
+    sent: Annotated[Path, typer.Argument(help="What was sent (WAV).")],
+    received: Annotated[Path, typer.Argument(help="What was received (WAV).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print everything as JSON.")] = False,
+    pesq: Annotated[bool, typer.Option("--pesq", help="PESQ MOS (speech only).")] = False,
+    window_ms: Annotated[float, typer.Option(help="Correlation window.")] = 1000.0,
+    hop_ms: Annotated[float, typer.Option(help="Step between windows.")] = 250.0,
+    max_latency_ms: Annotated[float, typer.Option(help="Largest latency searched.")] = 2000.0,
+) -> None:
+    """Latency over time by windowed cross-correlation, disruptions (steps, dropouts,
+    distortions) and PESQ of a recording against the audio that was sent."""
+    from latlab.signal.commands import compare_files, render_comparison
+    from latlab.signal.errors import SignalError
+
+    try:
+        document = compare_files(
+            sent, received, window_ms=window_ms, hop_ms=hop_ms,
+            max_latency_ms=max_latency_ms, with_pesq=pesq,
+        )  # fmt: skip
+    except SignalError as exc:
+        raise _signal_error(exc) from None
+    if as_json:
+        sys.stdout.write(json.dumps(document) + "\n")
+        return
+    render_comparison(document, console)
+
+
 def main() -> None:
     """Entry point: user mistakes become one line on stderr and a non-zero exit."""
     try:

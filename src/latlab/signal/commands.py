@@ -198,3 +198,114 @@ def render_decoded(document: dict[str, Any], console: Console, rows: int = 40) -
             "sequence" if code["inferred"] else "bits",
         )
     console.print(table)
+
+
+def _finite_or_none(value: float) -> float | None:
+    return round(float(value), 6) if np.isfinite(value) else None
+
+
+def compare_files(
+    sent_path: Path,
+    received_path: Path,
+    *,
+    window_ms: float = 1000.0,
+    hop_ms: float = 250.0,
+    max_latency_ms: float = 2000.0,
+    with_pesq: bool = False,
+) -> dict[str, Any]:
+    """Latency over time, disruptions and PESQ of a recording against what was sent."""
+    from latlab.signal.correlate import compare
+
+    sent, received = read_wav(sent_path), read_wav(received_path)
+    for audio in (sent, received):
+        _check_recording(audio)
+    try:
+        result = compare(
+            sent.samples,
+            sent.rate,
+            received.samples,
+            received.rate,
+            window_s=window_ms / 1000,
+            hop_s=hop_ms / 1000,
+            max_latency_s=max_latency_ms / 1000,
+            with_pesq=with_pesq,
+        )
+    except SignalError as exc:
+        raise SignalError(f"{received_path}: against {sent_path}: {exc}") from None
+    series = result.latency
+    finite = series.latency_s[np.isfinite(series.latency_s)] * 1000
+    events = result.disruptions
+    return {
+        "sent": str(sent_path),
+        "received": str(received_path),
+        "sample_rate": result.rate,
+        "latency_ms": {
+            "windows": len(series.time_s),
+            "matched": len(finite),
+            **{
+                name: _finite_or_none(np.percentile(finite, q)) if len(finite) else None
+                for name, q in (("min", 0), ("p50", 50), ("p99", 99), ("max", 100))
+            },
+        },
+        "series": [
+            {
+                "time_s": round(float(t), 6),
+                "latency_ms": _finite_or_none(lat * 1000),
+                "correlation": round(float(c), 4),
+            }
+            for t, lat, c in zip(series.time_s, series.latency_s, series.correlation, strict=True)
+        ],
+        "disruptions": {
+            "counts": events.counts(),
+            "events": [
+                {
+                    "kind": str(k),
+                    "start_s": round(float(s), 4),
+                    "duration_s": round(float(d), 4),
+                    "size_ms": _finite_or_none(z),
+                }
+                for k, s, d, z in zip(
+                    events.kind, events.start_s, events.duration_s, events.size_ms, strict=True
+                )
+            ],
+        },
+        "pesq": result.pesq,
+    }
+
+
+def render_comparison(document: dict[str, Any], console: Console, rows: int = 30) -> None:
+    """Latency summary, disruption counts and events, PESQ."""
+    lat = document["latency_ms"]
+    if lat["p50"] is None:
+        console.print(f"{document['received']}: no window matched", highlight=False)
+    else:
+        console.print(
+            f"{document['received']} against {document['sent']}: latency p50 {lat['p50']:.3f} ms"
+            f", p99 {lat['p99']:.3f} ms, min {lat['min']:.3f}, max {lat['max']:.3f} "
+            f"({lat['matched']}/{lat['windows']} windows matched)",
+            highlight=False,
+            markup=False,
+        )
+    counts = document["disruptions"]["counts"]
+    summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "none"
+    console.print(f"disruptions: {summary}", highlight=False, markup=False)
+    events = document["disruptions"]["events"]
+    if events:
+        table = Table(header_style="bold", box=None)
+        for column in ("kind", "start s", "duration ms", "step ms"):
+            table.add_column(column, justify="right")
+        for event in events[:rows]:
+            size = "" if event["size_ms"] is None else f"{event['size_ms']:+.3f}"
+            table.add_row(
+                event["kind"], f"{event['start_s']:.3f}", f"{event['duration_s'] * 1000:.0f}", size
+            )
+        if len(events) > rows:
+            table.add_row("…", f"{len(events) - rows} more (--json)", "", "")
+        console.print(table)
+    if document["pesq"] is not None:
+        scores = document["pesq"]
+        console.print(
+            f"PESQ MOS-LQO: narrowband {scores['nb']:.2f}, wideband {scores['wb']:.2f} "
+            f"(mean of {len(scores['nb_chunks'])} chunks of 10 s)",
+            highlight=False,
+        )
