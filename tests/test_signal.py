@@ -117,7 +117,8 @@ def test_lost_packets_leave_no_gap_in_the_sequence(
     """5 % of Opus packets dropped and concealed: codes whose bits broke are inferred from
     their neighbours, none is wrong, and times stay within 0.1 ms."""
     out = delayed.with_name("loss.wav")
-    gst_channel(delayed, out, RATE, Codec(32000, loss=0.05))
+    packets = gst_channel(delayed, out, RATE, Codec(32000, loss=0.05))
+    assert packets is not None and packets.dropped >= 5, packets
     received = decoded_json(out)
     errors, missed = timing_errors(test_audio[1], received, PLANTED / RATE)
     assert missed <= 2

@@ -28,22 +28,33 @@ class Codec:
     frame_ms: int = 20
 
 
+@dataclass(frozen=True)
+class Packets:
+    """Opus packets that reached the dropper and how many it dropped."""
+
+    total: int
+    dropped: int
+
+
 def gst_channel(
     src: Path, dst: Path, rate_out: int, codec: Codec | None = None, timeout_s: float = 600
-) -> None:
-    """Pass a WAV file through GStreamer (Opus if ``codec``), writing S16 mono at ``rate_out``."""
+) -> Packets | None:
+    """Pass a WAV file through GStreamer (Opus if ``codec``), writing S16 mono at ``rate_out``;
+    with packet loss, the packets counted from the dropper's messages (``identity
+    silent=false`` under ``gst-launch-1.0 -v``)."""
     chain = ["filesrc", f"location={src}", "!", "wavparse", "!", "audioconvert", "!"]
     chain += ["audioresample", "!"]
     if codec is not None:
         chain += ["audio/x-raw,rate=48000,channels=1", "!"]
         chain += ["opusenc", f"bitrate={codec.bitrate}", f"frame-size={codec.frame_ms}", "!"]
         if codec.loss > 0:
-            chain += ["identity", f"drop-probability={codec.loss}", "!"]
+            chain += ["identity", f"drop-probability={codec.loss}", "silent=false", "!"]
         chain += ["opusdec", "plc=true", "!", "audioconvert", "!", "audioresample", "!"]
     chain += [f"audio/x-raw,format=S16LE,rate={rate_out},channels=1", "!", "wavenc", "!"]
     chain += ["filesink", f"location={dst}"]
+    lossy = codec is not None and codec.loss > 0
     result = subprocess.run(
-        ["gst-launch-1.0", "-q", *chain],
+        ["gst-launch-1.0", "-v" if lossy else "-q", *chain],
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -52,6 +63,11 @@ def gst_channel(
     if result.returncode != 0 or not dst.is_file():
         tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
         raise SignalError(f"gst-launch-1.0 failed for {src}: {tail[0]}")
+    if not lossy:
+        return None
+    passed = result.stdout.count(": last-message = chain ")
+    dropped = result.stdout.count(": last-message = dropping ")
+    return Packets(passed + dropped, dropped)
 
 
 def delay(samples: np.ndarray, count: int) -> np.ndarray:

@@ -246,7 +246,10 @@ def pesq_scores(
     sent: np.ndarray, received: np.ndarray, rate: int, latency_s: float
 ) -> dict[str, float | list[float]]:
     """PESQ MOS-LQO, narrowband and wideband, per 10 s chunk aligned by ``latency_s``."""
-    from pesq import NoUtterancesError, PesqError, pesq
+    try:
+        from pesq import NoUtterancesError, PesqError, pesq
+    except ImportError as exc:
+        raise SignalError(f"PESQ needs the pesq package ({exc}); pip install pesq") from None
 
     shift = max(0, round(latency_s * rate))
     aligned = received[shift:]
