@@ -98,6 +98,23 @@ def test_planted_delay_through_opus(delayed: Path, test_audio: tuple[Path, dict]
 
 
 @needs_gst
+def test_latency_per_code_from_the_codes_file(delayed: Path, test_audio: tuple[Path, dict]) -> None:
+    """decode --codes: every code's latency is the planted delay (within 0.1 ms)."""
+    out = delayed.with_name("opus-latency.wav")
+    gst_channel(delayed, out, RATE, Codec(32000))
+    codes_file = test_audio[0].with_name("test.wav.codes.json")
+    result = latlab("signal", "decode", str(out), "--json", "--codes", str(codes_file))
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    latencies = np.array([code["latency_ms"] for code in document["codes"]])
+    assert len(latencies) == document["sent_codes"] == 98
+    assert np.max(np.abs(latencies - PLANTED / RATE * 1000)) <= TOLERANCE_S * 1000
+    assert document["latency_ms"]["p50"] == pytest.approx(PLANTED / RATE * 1000, abs=0.1)
+    table = latlab("signal", "decode", str(out), "--codes", str(codes_file))
+    assert "latency against" in table.stdout and "98 of 98 sent codes" in table.stdout
+
+
+@needs_gst
 @pytest.mark.parametrize("rate", [44100, 16000])
 def test_resampled_recording(delayed: Path, test_audio: tuple[Path, dict], rate: int) -> None:
     """A recording at another rate (audioresample after Opus): times in seconds still match."""

@@ -404,13 +404,16 @@ def signal_decode(
     allow_clipped: Annotated[
         bool, typer.Option("--allow-clipped", help="Decode a clipped recording anyway.")
     ] = False,
+    codes: Annotated[
+        Path | None, typer.Option(help="OUT.codes.json of the sent audio: latency per code.")
+    ] = None,
 ) -> None:
     """Find every time code in a recording: index, reference instant, confidence."""
     from latlab.signal.commands import decode_file, render_decoded
     from latlab.signal.errors import SignalError
 
     try:
-        document = decode_file(recording, channel, allow_clipped)
+        document = decode_file(recording, channel, allow_clipped, codes)
     except SignalError as exc:
         raise _signal_error(exc) from None
     if as_json:

@@ -142,8 +142,33 @@ def _no_codes_message(audio: Audio, found: Decoded) -> str:
     return message
 
 
-def decode_file(path: Path, channel: int = 0, allow_clipped: bool = False) -> dict[str, Any]:
-    """The codes in a recording as the ``decode --json`` document; bad input is a SignalError."""
+def load_codes(path: Path) -> dict[int, float]:
+    """Index -> reference instant (s) from a ``generate`` codes file; malformed: SignalError."""
+    if not path.is_file():
+        raise SignalError(f"{path}: no such file")
+    try:
+        document = json.loads(path.read_text())
+        return {int(code["index"]): float(code["time_s"]) for code in document["codes"]}
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SignalError(f"{path}: not a codes file from latlab signal generate ({exc})") from None
+
+
+def _latency_summary(latency_ms: list[float]) -> dict[str, Any]:
+    values = np.asarray(latency_ms)
+    summary: dict[str, Any] = {"matched": len(values)}
+    for name, q in (("min", 0), ("p50", 50), ("p99", 99), ("max", 100)):
+        summary[name] = round(float(np.percentile(values, q)), 6) if len(values) else None
+    return summary
+
+
+def decode_file(
+    path: Path, channel: int = 0, allow_clipped: bool = False, codes_file: Path | None = None
+) -> dict[str, Any]:
+    """The codes in a recording as the ``decode --json`` document; bad input is a SignalError.
+
+    With ``codes_file`` (what ``generate`` wrote), each code also gets its latency:
+    recording time minus the sent time of the same index."""
+    sent = load_codes(codes_file) if codes_file is not None else None
     audio = read_wav(path, channel)
     _check_recording(audio)
     found = decode(audio.samples, audio.rate)
@@ -154,23 +179,33 @@ def decode_file(path: Path, channel: int = 0, allow_clipped: bool = False) -> di
             f"{path}: clipped ({audio.full_scale_fraction * 100:.2f} % of samples at full scale); "
             f"{len(found.index)} codes found anyway, pass --allow-clipped to use them"
         )
-    return {
+    codes = [
+        {
+            "index": int(i),
+            "time_s": round(float(t), 9),
+            "confidence": round(float(c), 4),
+            "inferred": bool(inf),
+        }
+        for i, t, c, inf in zip(
+            found.index, found.time_s, found.confidence, found.inferred, strict=True
+        )
+    ]
+    document: dict[str, Any] = {
         "design": DESIGN_NAME,
         "file": str(path),
         "sample_rate": audio.rate,
         "duration_s": round(audio.duration_s, 6),
-        "codes": [
-            {
-                "index": int(i),
-                "time_s": round(float(t), 9),
-                "confidence": round(float(c), 4),
-                "inferred": bool(inf),
-            }
-            for i, t, c, inf in zip(
-                found.index, found.time_s, found.confidence, found.inferred, strict=True
-            )
-        ],
+        "codes": codes,
     }
+    if sent is not None:
+        for code in codes:
+            if code["index"] in sent:
+                code["latency_ms"] = round((code["time_s"] - sent[code["index"]]) * 1000, 6)
+        latencies = [code["latency_ms"] for code in codes if "latency_ms" in code]
+        document["codes_file"] = str(codes_file)
+        document["sent_codes"] = len(sent)
+        document["latency_ms"] = _latency_summary(latencies)
+    return document
 
 
 def render_decoded(document: dict[str, Any], console: Console, rows: int = 40) -> None:
@@ -183,20 +218,35 @@ def render_decoded(document: dict[str, Any], console: Console, rows: int = 40) -
         highlight=False,
         markup=False,
     )
+    latency = document.get("latency_ms")
+    if latency is not None and latency["p50"] is not None:
+        console.print(
+            f"latency against {document['codes_file']}: p50 {latency['p50']:.3f} ms, p99 "
+            f"{latency['p99']:.3f} ms, min {latency['min']:.3f}, max {latency['max']:.3f} "
+            f"({latency['matched']} of {document['sent_codes']} sent codes)",
+            highlight=False,
+            markup=False,
+        )
+    columns = ["index", "time s", "confidence", "read"]
+    if latency is not None:
+        columns.append("latency ms")
     table = Table(header_style="bold", box=None)
-    for column in ("index", "time s", "confidence", "read"):
+    for column in columns:
         table.add_column(column, justify="right")
     shown = codes if len(codes) <= rows else [*codes[: rows - 5], None, *codes[-5:]]
     for code in shown:
         if code is None:
-            table.add_row("…", f"{len(codes) - rows + 5} more (--json)", "", "")
+            table.add_row("…", f"{len(codes) - rows + 5} more (--json)", *[""] * (len(columns) - 2))
             continue
-        table.add_row(
+        cells = [
             str(code["index"]),
             f"{code['time_s']:.6f}",
             f"{code['confidence']:.3f}",
             "sequence" if code["inferred"] else "bits",
-        )
+        ]
+        if latency is not None:
+            cells.append(f"{code['latency_ms']:.3f}" if "latency_ms" in code else "")
+        table.add_row(*cells)
     console.print(table)
 
 
