@@ -151,14 +151,15 @@ def tail_chart(view: StreamView) -> dict[str, Any] | None:
 
 def histogram_range(sorted_ms: np.ndarray) -> tuple[float, float]:
     """Where the bulk of a distribution lies: 3 interquartile ranges around the quartiles,
-    widened to reach p99 (the tail people ask about) and never past the extremes; the
-    rest (far outliers would squash every other bar) lands in the end bins."""
+    widened to reach p1 and p95, never past the extremes. A heavy tail would squash every
+    bar into one: it lands in the end bin, and the CDF, the waterfall (p99) and the tail
+    plot show it."""
     if not len(sorted_ms):
         return 0.0, 1.0
-    q25, q75, p99 = np.percentile(sorted_ms, [25.0, 75.0, 99.0])
+    p1, q25, q75, p95 = np.percentile(sorted_ms, [1.0, 25.0, 75.0, 95.0])
     iqr = q75 - q25
-    lo = max(float(sorted_ms[0]), q25 - 3 * iqr)
-    hi = min(float(sorted_ms[-1]), max(p99, q75 + 3 * iqr))
+    lo = max(float(sorted_ms[0]), min(p1, q25 - 3 * iqr))
+    hi = min(float(sorted_ms[-1]), max(p95, q75 + 3 * iqr))
     return float(lo), float(hi)
 
 

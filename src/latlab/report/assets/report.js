@@ -352,7 +352,8 @@
       if (d.p50 != null) p.vline(d.p50, '#2ca02c', `p50 ${fmt(d.p50)}`);
       if (d.p99 != null) p.vline(d.p99, '#d62728', `p99 ${fmt(d.p99)}`, 1);
       legend(fig, [['histogram (units)', KIND[d.kind] || '#1f77b4'], ['CDF (right axis)', '#222']]
-        .concat(d.beyond ? [[`${d.beyond} outside the bars' range, max ${fmt(d.max)} ms`, '#fff']] : []));
+        .concat(d.beyond ? [[`${d.beyond} outside the bars' range (in the end bars); p99 `
+          + `${fmt(d.p99)} ms, max ${fmt(d.max)} ms`, '#fff']] : []));
       p.readout((x, y) => `${fmt(x)} ms, ${fmt(y)} units`);
     },
     composite(fig, d) {
