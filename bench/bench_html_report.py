@@ -9,12 +9,14 @@ and the time Chromium needs to draw every chart (read from the page, ``data-draw
 with ``--dump-dom``).
 
     .venv/bin/python bench/bench_html_report.py [--units 60000]   # 60 000 units = 10 min
+    .venv/bin/python bench/bench_html_report.py --run DIR         # a real run (copied)
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -58,11 +60,15 @@ def draw_ms(html_path: Path, profile: Path) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--units", type=int, default=60_000, help="10 ms units (60 000 = 10 min)")
+    parser.add_argument("--run", type=Path, help="a real run directory instead (not modified)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
-        params = SyntheticRtpAudio(units=args.units, loss=0.001, network_jitter=500_000)
-        make_rtp_audio_run(run_dir, params)
+        if args.run:
+            shutil.copytree(args.run, run_dir)
+        else:
+            params = SyntheticRtpAudio(units=args.units, loss=0.001, network_jitter=500_000)
+            make_rtp_audio_run(run_dir, params)
         start = time.perf_counter()
         summary, _, streams = analyze_run(run_dir)  # writes summary.json, events.parquet
         analysis_s = time.perf_counter() - start
@@ -79,7 +85,9 @@ def main() -> None:
         text = html_path.read_text()
         points = text.count(",")  # every number in the data block is followed by a comma or ]
         html_mb, summary_mb = html_path.stat().st_size / 1e6, summary_path.stat().st_size / 1e6
-        print(f"run: {units} units x {probes} probes ({units * 0.01 / 60:.1f} min of 10 ms units)")
+        source = args.run or "synthetic"
+        minutes = units * 0.01 / 60
+        print(f"run ({source}): {units} units x {probes} probes ({minutes:.1f} min of 10 ms units)")
         print(f"anchor: analysis writing summary.json {analysis_s * 1e3:8.1f} ms")
         print(f"anchor: write summary.json alone {anchor_s * 1e3:13.1f} ms  {summary_mb:.2f} MB")
         print(f"report: build and write report.html   {report_s * 1e3:8.1f} ms  {html_mb:.2f} MB")
