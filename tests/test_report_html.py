@@ -8,6 +8,7 @@ import contextlib
 import fcntl
 import json
 import os
+import shlex
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -505,3 +506,24 @@ def test_sweep_findings_give_each_variables_effect() -> None:
     zipped = [{"lat": x, "delay": x} for x in (0, 40, 120, 200)]
     text = sweep_model(_sweep(zipped, [30 + 3 * x for x in (0, 40, 120, 200)]))["findings"][0].text
     assert "per unit" not in text and "from 30.00 ms at lat=0,delay=0" in text
+
+
+def test_configured_latency_is_read_from_the_pipeline_and_compared() -> None:
+    from latlab.report.html_data import element_property, process_spans
+
+    pipeline = "udpsrc port=5004 ! rtpjitterbuffer latency=35 ! rtpL16depay ! fakesink sync=true"
+    argv = ["ip", "netns", "exec", "ns", "gst-launch-1.0", "-e", *shlex.split(pipeline)]
+    assert element_property(argv, "rtpjitterbuffer", "latency") == 35.0
+    assert element_property(argv, "udpsrc", "latency") is None  # not past its own "!"
+    assert element_property(argv, "srtsrc", "latency") is None
+    spans = process_spans(
+        ["tx/src:capture", "tx/src:src", "tx/sink:sink", "rx/src:src", "rx/k:sink"]
+    )
+    assert spans == {"tx": (0, 2), "rx": (3, 4)}
+    rng = np.random.default_rng(0)
+    achieved = (35e6 + 5e6 + rng.normal(0, 1e4, 1000)).astype(np.int64)  # 5 ms over
+    finding = fnd.configured_vs_achieved("rtpjitterbuffer latency", 35.0, achieved, "a → b", "x")
+    assert "configured 35.0 ms, achieved p50 40.0 ms" in finding.text
+    over = float(finding.text.split("; p50 +")[1].split(" ms")[0])
+    assert over == pytest.approx(5.0, abs=0.01)
+    assert finding.notable  # more than 10 % off

@@ -376,12 +376,36 @@ class RunContext:
             if t.get("configured_latency_ms") is not None
         }
 
+    def process(self, name: str) -> dict[str, Any]:
+        """A process's entry in run.json (empty when the run has none)."""
+        for entry in self.meta.get("processes", []):
+            if entry.get("name") == name:
+                return entry
+        return {}
+
     def argv(self, process: str) -> list[str]:
         """What a process ran (run.json), for the properties its pipeline set."""
-        for entry in self.meta.get("processes", []):
-            if entry.get("name") == process:
-                return [str(a) for a in entry.get("argv", [])]
-        return []
+        return [str(a) for a in self.process(process).get("argv", [])]
+
+    def jitterbuffer_ms(self, process: str) -> tuple[str, float] | None:
+        """The jitter-buffer latency a process configured, and where it was set."""
+        latency = element_property(self.argv(process), "rtpjitterbuffer", "latency")
+        if latency is not None:
+            return "rtpjitterbuffer latency", latency
+        webrtc = self.process(process).get("webrtc") or {}
+        if isinstance(webrtc.get("jitterbuffer_ms"), int | float):
+            return "webrtcbin latency", float(webrtc["jitterbuffer_ms"])
+        return None
+
+    def device_capture_ms(self, process: str) -> tuple[str, float] | None:
+        """The capture latency the audio device on a process's host reported, with its name."""
+        host = self.process(process).get("host")
+        for device in self.meta.get("devices", []):
+            reported = device.get("reported_latency") or {}
+            latency = reported.get("capture_ms")  # pulse's null-sink monitor reports 0
+            if device.get("host") == host and isinstance(latency, int | float) and latency > 0:
+                return f"{device['server']} device {device['name']}", float(latency)
+        return None
 
 
 def stream_findings(
@@ -459,11 +483,14 @@ def configured_findings(
     done = view.journeys.times[view.complete]
     out = []
     spans = process_spans(view.probes)
+    kinds = view.journeys.segment_kinds
     for process, configured in ctx.configured_latency().items():
-        if process not in spans:
+        if process not in spans or configured <= 0:  # 0: nothing in it waits
             continue
         a, b = spans[process]
-        if b <= a:
+        # The latency is what the process's clocked sinks wait out: compare where the path
+        # ends (playout) or leaves through a network sink, not at a hand-off inside a bin.
+        if b <= a or not (b == len(view.probes) - 1 or kinds[b - 1] == "network"):
             continue
         span = f"{short_probe(view.probes[a])} → {short_probe(view.probes[b])}"
         out.append(
@@ -472,6 +499,7 @@ def configured_findings(
             )
         )
     out += _jitterbuffer_findings(view, ctx, anchor)
+    out += _device_findings(view, ctx, anchor)
     out += _srt_findings(stream, ctx, anchor)
     intervals = stream.get("intervals", {})
     if "jitter_buffer_target" in intervals and "jitter_buffer" in intervals:
@@ -498,26 +526,35 @@ def view_anchor(anchor: str) -> str:
 
 
 def _jitterbuffer_findings(view: StreamView, ctx: RunContext, anchor: str) -> list[fnd.Finding]:
-    """``rtpjitterbuffer latency=N`` against the segment ending at that jitter buffer."""
+    """A jitter buffer's configured latency (``rtpjitterbuffer latency=N``, webrtcbin's
+    ``latency``) against the segment ending at that jitter buffer."""
     out = []
-    kinds = view.journeys.segment_kinds
-    for i, kind in enumerate(kinds):
+    for i, kind in enumerate(view.journeys.segment_kinds):
         if kind != "jitterbuffer":
             continue
         probe = view.probes[i + 1]
-        latency = element_property(ctx.argv(_process(probe)), "rtpjitterbuffer", "latency")
-        if latency is None:
+        configured = ctx.jitterbuffer_ms(_process(probe))
+        if configured is None:
             continue
-        out.append(
-            fnd.configured_vs_achieved(
-                "rtpjitterbuffer latency",
-                latency,
-                view.segments_ns[:, i],
-                f"{short_probe(view.probes[i])} → {short_probe(probe)}",
-                anchor,
-            )
-        )
+        span = f"{short_probe(view.probes[i])} → {short_probe(probe)}"
+        out.append(fnd.configured_vs_achieved(*configured, view.segments_ns[:, i], span, anchor))
     return out
+
+
+def _device_findings(view: StreamView, ctx: RunContext, anchor: str) -> list[fnd.Finding]:
+    """An audio device's reported capture latency against the measured capture segment."""
+    if not view.probes or view.journeys.segment_kinds[:1] != ["capture"]:
+        return []
+    configured = ctx.device_capture_ms(_process(view.probes[0]))
+    if configured is None:
+        return []
+    what, latency = configured
+    span = f"{short_probe(view.probes[0])} → {short_probe(view.probes[1])}"
+    return [
+        fnd.configured_vs_achieved(
+            f"{what} capture latency (reported)", latency, view.segments_ns[:, 0], span, anchor
+        )
+    ]
 
 
 def _srt_findings(stream: dict[str, Any], ctx: RunContext, anchor: str) -> list[fnd.Finding]:
