@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from latlab.signal.channels import Codec, add_noise, delay, gain_steps, gst_channel
-from latlab.signal.timecode import DESIGN, decode, generate
+from latlab.signal.timecode import COHERENCE_THRESHOLD, DESIGN, decode, generate
 from latlab.signal.wavio import read_wav, resample, write_wav
 
 RATE = 48000
@@ -50,6 +50,7 @@ PLANTED_SAMPLES = 23_457
 SOUNDFONT = Path("/usr/share/sounds/sf2/TimGM6mb.sf2")
 LICENCES = Path("/usr/share/common-licenses")
 TARGET_P99_MS = 0.1
+STRESS_SYNC_THRESHOLD = 0.12
 TARGET_DETECTED_AT_1PCT_LOSS = 0.99
 
 
@@ -347,6 +348,14 @@ def false_detections(name: str, samples: np.ndarray, source: str) -> None:
         f"{name:6s} {minutes:5.1f} min: {len(found.index)} codes found (false detections); "
         f"{found.candidates} sync candidates, {found.crc_valid} with a valid CRC, best sync "
         f"correlation {found.best_sync:.3f}; decoded in {took:.1f} s  [{source}]"
+    )
+    stressed = decode(samples, RATE, sync_threshold=STRESS_SYNC_THRESHOLD)
+    print(
+        f"       the same with the sync threshold lowered to {STRESS_SYNC_THRESHOLD} (the CRC and "
+        f"the bit coherence left to reject): {len(stressed.index)} codes found; "
+        f"{stressed.candidates} candidates, {stressed.crc_valid} with a valid CRC, their highest "
+        f"bit coherence {stressed.best_rejected_coherence:.2f} (a code needs "
+        f"{COHERENCE_THRESHOLD})"
     )
 
 

@@ -274,6 +274,8 @@ class Decoded:
     best_sync: float
     """Highest normalised sync correlation anywhere in the recording."""
     best_sync_s: float
+    best_rejected_coherence: float
+    """Highest bit coherence of a candidate whose CRC passed but that was not a code."""
 
 
 SYNC_THRESHOLD = 0.3
@@ -309,7 +311,9 @@ class _Candidates:
     """The recording band-limited to the codes' band (zero-phase), where bits are read."""
 
 
-def _sync_correlation(samples: np.ndarray, tpl: Template, design: CodeDesign) -> _Candidates:
+def _sync_correlation(
+    samples: np.ndarray, tpl: Template, design: CodeDesign, sync_threshold: float
+) -> _Candidates:
     """Local maxima of the normalised correlation with the sync pattern above the threshold.
 
     Each block's spectrum is also masked to the codes' band: sound outside it (hum,
@@ -347,7 +351,7 @@ def _sync_correlation(samples: np.ndarray, tpl: Template, design: CodeDesign) ->
         rho[energy <= floor] = 0.0
         peak = maximum_filter1d(rho, size=2 * half + 1, mode="constant")
         core = slice(start - lo, min(start + _BLOCK, n_lags) - lo)
-        local = np.flatnonzero((rho[core] >= SYNC_THRESHOLD) & (rho[core] >= peak[core]))
+        local = np.flatnonzero((rho[core] >= sync_threshold) & (rho[core] >= peak[core]))
         local += core.start
         local = local[(local + offsets[0] >= 0) & (local + offsets[-1] + length <= len(block))]
         windows = local[:, None] + offsets[None, :]
@@ -438,7 +442,12 @@ def _bits_to_index(bits: np.ndarray) -> np.ndarray:
     return bits @ (1 << np.arange(width - 1, -1, -1)).astype(np.int64)
 
 
-def decode(samples: np.ndarray, rate: int, design: CodeDesign = DESIGN) -> Decoded:
+def decode(
+    samples: np.ndarray,
+    rate: int,
+    design: CodeDesign = DESIGN,
+    sync_threshold: float = SYNC_THRESHOLD,
+) -> Decoded:
     """Every code in mono ``samples`` at ``rate``: index, reference instant, confidence.
 
     A candidate whose bits fail the CRC (a packet lost inside the frame, say) is
@@ -449,11 +458,11 @@ def decode(samples: np.ndarray, rate: int, design: CodeDesign = DESIGN) -> Decod
     samples = np.ascontiguousarray(samples, dtype=np.float32)
     if len(samples) < tpl.length + 2 * _REFINE_LAGS:
         return _empty(rate)
-    found = _sync_correlation(samples, tpl, design)
+    found = _sync_correlation(samples, tpl, design, sync_threshold)
     nothing = np.zeros(0)
     columns = [(nothing.astype(np.int64), nothing, nothing, nothing.astype(bool))]
     failed = [np.zeros(0, dtype=np.int64)]
-    crc_valid = 0
+    crc_valid, best_rejected = 0, 0.0
     for start in range(0, len(found.lags), _BATCH):
         rows = slice(start, start + _BATCH)
         lags = found.lags[rows]
@@ -461,7 +470,12 @@ def decode(samples: np.ndarray, rate: int, design: CodeDesign = DESIGN) -> Decod
         bits, crc_ok = _read_bits(projections, design)
         fractional, confidence = _refine(projections, found.frame_energy[rows], bits, lags, tpl)
         crc_valid += int(crc_ok.sum())
-        keep = crc_ok & (coherence(projections, bits) >= COHERENCE_THRESHOLD)
+        coherent = coherence(projections, bits)
+        keep = crc_ok & (coherent >= COHERENCE_THRESHOLD)
+        rejected = coherent[crc_ok & ~keep]
+        best_rejected = (
+            max(best_rejected, float(rejected.max())) if len(rejected) else best_rejected
+        )
         index = _bits_to_index(bits[keep, : design.index_bits])
         columns.append((index, fractional[keep], confidence[keep], np.zeros(keep.sum(), bool)))
         retry = ~crc_ok & (found.rho[rows] >= INFER_SYNC_THRESHOLD)
@@ -484,6 +498,7 @@ def decode(samples: np.ndarray, rate: int, design: CodeDesign = DESIGN) -> Decod
         crc_valid,
         found.best,
         (found.best_lag + tpl.ref_offset) / rate,
+        best_rejected,
     )
 
 
@@ -504,7 +519,7 @@ def _without_overlaps(lag: np.ndarray, confidence: np.ndarray, length: int) -> n
 def _empty(rate: int) -> Decoded:
     nothing = np.zeros(0)
     return Decoded(
-        rate, nothing.astype(np.int64), nothing, nothing, nothing.astype(bool), 0, 0, 0.0, 0.0
+        rate, nothing.astype(np.int64), nothing, nothing, nothing.astype(bool), 0, 0, 0.0, 0.0, 0.0
     )
 
 
