@@ -270,7 +270,7 @@ class Decoded:
     candidates: int
     """Local maxima of the sync correlation above its threshold."""
     crc_valid: int
-    """Candidates whose bits passed the CRC (before the confidence threshold)."""
+    """Candidates whose bits passed the CRC (before the coherence check)."""
     best_sync: float
     """Highest normalised sync correlation anywhere in the recording."""
     best_sync_s: float
@@ -442,6 +442,42 @@ def _bits_to_index(bits: np.ndarray) -> np.ndarray:
     return bits @ (1 << np.arange(width - 1, -1, -1)).astype(np.int64)
 
 
+@dataclass(frozen=True)
+class _Read:
+    """Candidates read from their bits: the codes, and the rows of ``_Candidates`` whose CRC
+    failed with a sync strong enough to try placing them in the sequence."""
+
+    index: np.ndarray
+    lag: np.ndarray
+    confidence: np.ndarray
+    retry_rows: np.ndarray
+    crc_valid: int
+    best_rejected: float
+
+
+def _read_candidates(found: _Candidates, tpl: Template, design: CodeDesign) -> _Read:
+    """Bits, CRC, coherence, time and confidence of every candidate, in batches."""
+    parts: list[tuple[np.ndarray, ...]] = [(np.zeros(0, np.int64), np.zeros(0), np.zeros(0))]
+    retry = [np.zeros(0, dtype=np.int64)]
+    crc_valid, best_rejected = 0, 0.0
+    for start in range(0, len(found.lags), _BATCH):
+        rows = slice(start, start + _BATCH)
+        lags = found.lags[rows]
+        projections = _project(found.in_band, lags, tpl)
+        bits, crc_ok = _read_bits(projections, design)
+        fractional, confidence = _refine(projections, found.frame_energy[rows], bits, lags, tpl)
+        coherent = coherence(projections, bits)
+        keep = crc_ok & (coherent >= COHERENCE_THRESHOLD)
+        crc_valid += int(crc_ok.sum())
+        best_rejected = float(np.max(coherent[crc_ok & ~keep], initial=best_rejected))
+        index = _bits_to_index(bits[keep, : design.index_bits])
+        parts.append((index, fractional[keep], confidence[keep]))
+        weak_bits = ~crc_ok & (found.rho[rows] >= INFER_SYNC_THRESHOLD)
+        retry.append(np.flatnonzero(weak_bits) + start)
+    index, lag, confidence = (np.concatenate([p[k] for p in parts]) for k in range(3))
+    return _Read(index, lag, confidence, np.concatenate(retry), crc_valid, best_rejected)
+
+
 def decode(
     samples: np.ndarray,
     rate: int,
@@ -459,33 +495,14 @@ def decode(
     if len(samples) < tpl.length + 2 * _REFINE_LAGS:
         return _empty(rate)
     found = _sync_correlation(samples, tpl, design, sync_threshold)
-    nothing = np.zeros(0)
-    columns = [(nothing.astype(np.int64), nothing, nothing, nothing.astype(bool))]
-    failed = [np.zeros(0, dtype=np.int64)]
-    crc_valid, best_rejected = 0, 0.0
-    for start in range(0, len(found.lags), _BATCH):
-        rows = slice(start, start + _BATCH)
-        lags = found.lags[rows]
-        projections = _project(found.in_band, lags, tpl)
-        bits, crc_ok = _read_bits(projections, design)
-        fractional, confidence = _refine(projections, found.frame_energy[rows], bits, lags, tpl)
-        crc_valid += int(crc_ok.sum())
-        coherent = coherence(projections, bits)
-        keep = crc_ok & (coherent >= COHERENCE_THRESHOLD)
-        rejected = coherent[crc_ok & ~keep]
-        best_rejected = (
-            max(best_rejected, float(rejected.max())) if len(rejected) else best_rejected
-        )
-        index = _bits_to_index(bits[keep, : design.index_bits])
-        columns.append((index, fractional[keep], confidence[keep], np.zeros(keep.sum(), bool)))
-        retry = ~crc_ok & (found.rho[rows] >= INFER_SYNC_THRESHOLD)
-        failed.append(np.flatnonzero(retry) + start)
-    index, lag, confidence, inferred = (np.concatenate([c[k] for c in columns]) for k in range(4))
-    extra = _infer_from_sequence(samples, found, np.concatenate(failed), index, lag, tpl, design)
+    read = _read_candidates(found, tpl, design)
+    index, lag, confidence = read.index, read.lag, read.confidence
+    inferred = np.zeros(len(index), dtype=bool)
+    extra = _infer_from_sequence(found, read.retry_rows, index, lag, tpl, design)
     if extra is not None:
-        read = (index, lag, confidence, inferred)
+        columns = (index, lag, confidence, inferred)
         index, lag, confidence, inferred = (
-            np.concatenate([a, b]) for a, b in zip(read, extra, strict=True)
+            np.concatenate([a, b]) for a, b in zip(columns, extra, strict=True)
         )
     order = _without_overlaps(lag, confidence, tpl.length)
     return Decoded(
@@ -495,10 +512,10 @@ def decode(
         confidence[order].astype(np.float32),
         inferred[order],
         len(found.lags),
-        crc_valid,
+        read.crc_valid,
         found.best,
         (found.best_lag + tpl.ref_offset) / rate,
-        best_rejected,
+        read.best_rejected,
     )
 
 
@@ -532,7 +549,6 @@ INFER_TOLERANCE_S = 0.0005
 
 
 def _infer_from_sequence(
-    samples: np.ndarray,
     found: _Candidates,
     rows: np.ndarray,
     index: np.ndarray,
