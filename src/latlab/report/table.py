@@ -110,14 +110,22 @@ INTERVAL_LABELS = {
 
 def interval_table(intervals: dict[str, Any]) -> Table:
     """A browser's own stages, one value per 200 ms stats interval, as distributions."""
-    table = _titled("in the browser, per stats interval (getStats every 200 ms)")
+    title = "in the browser, per stats interval (getStats every 200 ms)"
+    return _stage_distributions(title, "intervals", INTERVAL_LABELS, intervals)
+
+
+def _stage_distributions(
+    title: str, counted: str, labels: dict[str, str], figures: dict[str, Any]
+) -> Table:
+    """One row per stage present in ``figures``: how many values, p50 … mean in ms."""
+    table = _titled(title)
     table.add_column("stage")
-    table.add_column("intervals", justify="right")
+    table.add_column(counted, justify="right")
     for label in ("p50", "p90", "p99", "max", "mean"):
         table.add_column(f"{label} ms", justify="right")
-    for name, label in INTERVAL_LABELS.items():
-        if name in intervals:
-            f = intervals[name]
+    for name, label in labels.items():
+        if name in figures:
+            f = figures[name]
             cells = [_ms(f[k]) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms")]
             table.add_row(label, str(int(f["count"])), *cells)
     return table
@@ -137,17 +145,8 @@ FUNCTION_LABELS = {
 
 def function_table(functions: dict[str, Any]) -> Table:
     """The browsers' audio functions, one value per call, from Chromium's own trace."""
-    table = _titled("in the browser, per call (Chromium's trace of its audio functions)")
-    table.add_column("stage")
-    table.add_column("calls", justify="right")
-    for label in ("p50", "p90", "p99", "max", "mean"):
-        table.add_column(f"{label} ms", justify="right")
-    for name, label in FUNCTION_LABELS.items():
-        if name in functions:
-            f = functions[name]
-            cells = [_ms(f[k]) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms")]
-            table.add_row(label, str(int(f["count"])), *cells)
-    return table
+    title = "in the browser, per call (Chromium's trace of its audio functions)"
+    return _stage_distributions(title, "calls", FUNCTION_LABELS, functions)
 
 
 ADAPTING_LABELS = {
