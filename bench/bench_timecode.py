@@ -359,6 +359,23 @@ def false_detections(name: str, samples: np.ndarray, source: str) -> None:
     )
 
 
+def opus_alignment(work: Path) -> None:
+    """Opus's own shift of the codes against how the input lines up with its 20 ms frames."""
+    signal = generate(20, RATE, INTERVAL_S)
+    print("\nOpus 32k, 20 s of codes behind N samples of silence: the codes' shift in samples")
+    for planted in (0, 240, 480, 960, 12345, 23457):
+        source, out = work / "align.wav", work / "align-out.wav"
+        write_wav(source, delay(signal.samples, planted), RATE)
+        gst_channel(source, out, RATE, Codec(32000))
+        found = decode(read_wav(out).samples, RATE)
+        shift = (found.time_s - signal.time_s[found.index]) * RATE - planted
+        print(
+            f"  N = {planted:5d}: median {np.median(shift):+.3f}, "
+            f"p1 {np.percentile(shift, 1):+.3f}, p99 {np.percentile(shift, 99):+.3f} "
+            f"({len(found.index)}/{len(signal.index)} codes)"
+        )
+
+
 def decode_speed(work: Path, minutes: float) -> None:
     """Decode time of a long code file as a ratio to real time, against reading it."""
     signal = generate(minutes * 60, RATE, INTERVAL_S)
@@ -416,6 +433,7 @@ def main() -> None:
         false_detections("speech", speech, speech_source)
         music, music_source = music_corpus(work, args.false_minutes)
         false_detections("music", music, music_source)
+        opus_alignment(work)
         decode_speed(work, args.minutes)
 
 

@@ -357,7 +357,8 @@ def lab_down() -> None:
 
 signal_app = typer.Typer(
     name="signal",
-    help="Time-coded test audio: generate it, find its codes in a recording.",
+    help="Black-box measurement with test audio: time codes (generate, decode), and the "
+    "received audio against the sent (compare).",
     no_args_is_help=True,
 )
 app.add_typer(signal_app, name="signal")
