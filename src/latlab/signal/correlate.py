@@ -9,7 +9,9 @@
   a time-stretching jitter buffer shows up here), *dropouts* (10 ms frames,
   aligned by the latency, where the sent audio is active and the received
   holds 30 dB less than the recording's usual gain) and *distortions* (frames
-  whose aligned correlation falls below 0.5: concealment, clicks, glitches).
+  whose aligned correlation falls below 0.5 and whose level is more than 6 dB
+  off the usual gain: concealment, clicks, glitches; a waveform change alone is
+  not counted, since codecs code unvoiced speech as shaped noise).
 * **PESQ** (ITU-T P.862 through the ``pesq`` package), narrowband (8 kHz) and
   wideband (16 kHz), per aligned chunk of 10 s, when the audio is speech.
 
@@ -31,6 +33,9 @@ COARSE_RATE = 8000
 FRAME_S = 0.01
 DROPOUT_DB = -30.0
 DISTORTED_BELOW = 0.5
+DISTORTED_LEVEL_DB = 6.0
+"""A distorted frame's level also differs this much from the usual gain: a codec that
+codes unvoiced speech as shaped noise changes the waveform, not the level."""
 STEP_MS = 0.25
 """Latency change between consecutive windows that counts as a step."""
 SILENT_RMS = 10 ** (-60 / 20)
@@ -106,8 +111,9 @@ def _best_lags(
         squares = np.concatenate([np.zeros((len(batch), 1)), np.cumsum(ref**2, axis=1)], axis=1)
         ref_energy = squares[:, length : length + span + 1] - squares[:, : span + 1]
         rec_energy = np.sum(rec.astype(np.float64) ** 2, axis=1)[:, None]
-        norm = np.sqrt(np.maximum(ref_energy * rec_energy, 1e-30))
-        rho = corr / norm
+        floor = length * SILENT_RMS**2  # silence (and FFT rounding in it) correlates with nothing
+        audible = (ref_energy > floor) & (rec_energy > floor)
+        rho = np.where(audible, corr / np.sqrt(np.maximum(ref_energy * rec_energy, floor**2)), 0.0)
         best = np.clip(np.argmax(rho, axis=1), 1, span - 1)
         rows = np.arange(len(batch))
         left, mid, right = (rho[rows, best + k] for k in (-1, 0, 1))
@@ -219,7 +225,8 @@ def find_disruptions(
     ratio = rec_energy / np.maximum(ref_energy, 1e-30)
     usual = np.median(ratio[active]) if active.any() else 1.0
     dropout = active & (ratio < usual * 10 ** (DROPOUT_DB / 10))
-    distorted = active & ~dropout & (corr < DISTORTED_BELOW)
+    off_level = np.abs(10 * np.log10(np.maximum(ratio / usual, 1e-30))) > DISTORTED_LEVEL_DB
+    distorted = active & ~dropout & (corr < DISTORTED_BELOW) & off_level
     good = np.flatnonzero(active & ~dropout & ~distorted)
     change = np.diff(lag[good]) / rate * 1000
     step = np.abs(change) > STEP_MS
