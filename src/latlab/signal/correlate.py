@@ -151,8 +151,25 @@ def latency_series(
     lags, peaks = _best_lags(received, sent, fine_starts, fine_length, fine_lo, fine_span)
     rec_rms = np.sqrt(np.mean(_windows(received, fine_starts, fine_length) ** 2, axis=1))
     valid = (rec_rms > SILENT_RMS) & (peaks >= MIN_CORRELATION)
-    latency = np.where(valid, lags / rate, np.nan)
+    latency = _without_isolated(np.where(valid, lags / rate, np.nan))
     return LatencySeries((fine_starts + fine_length / 2) / rate, latency, np.where(valid, peaks, 0))
+
+
+def _without_isolated(latency: np.ndarray) -> np.ndarray:
+    """NaN for a window whose latency differs by more than a step from both valid
+    neighbours while they agree with each other (a lost packet's concealment or a
+    repeated sound matched elsewhere); a real step has one side that agrees."""
+    valid = np.flatnonzero(np.isfinite(latency))
+    if len(valid) < 3:
+        return latency
+    values = latency[valid]
+    prev, this, succ = values[:-2], values[1:-1], values[2:]
+    step = STEP_MS / 1000
+    isolated = (np.abs(this - prev) > step) & (np.abs(this - succ) > step)
+    isolated &= np.abs(prev - succ) <= step
+    out = latency.copy()
+    out[valid[1:-1][isolated]] = np.nan
+    return out
 
 
 def _runs(flags: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
