@@ -10,7 +10,7 @@ APT_PACKAGES=(
     gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
     gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-libav libgstreamer1.0-dev
     libgstreamer-plugins-base1.0-dev pkg-config build-essential iproute2 iputils-ping
-    python3 python3-venv procps
+    python3 python3-venv python3-dev procps  # python3-dev: pesq builds a C extension
     jackd2 pulseaudio pulseaudio-utils
     ethtool
 )
