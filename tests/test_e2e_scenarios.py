@@ -1,4 +1,5 @@
-"""Every shipped scenario runs on the real stack and writes a summary.json keeping the contract."""
+"""Every shipped scenario runs on the real stack, writes a summary.json keeping the contract,
+and its HTML report renders every chart in headless Chromium."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from latlab.lab.runner import run_scenario
 from latlab.lab.scenario import load_scenario
 from latlab.lab.sweep import expand_sweep
 from latlab.pipeline import analyze_run
+from latlab.report.html import report_html
+from tests.test_report_html import check_rendered, expected_charts, render
 
 pytestmark = [
     pytest.mark.e2e,
@@ -67,6 +70,9 @@ def test_shipped_scenario_runs(path: Path, tmp_path: Path) -> None:
     for stream in summary["streams"]:  # ku-latency has one stream per packet time
         check_stream(stream, lossless, scenario.analysis.unit_ms)
     assert not [ns for ns in list_namespaces() if ns.startswith(f"llab-{os.getpid()}-")]
+    # its HTML report renders every chart in headless Chromium, with no console error
+    page = render(report_html(out, None), tmp_path)
+    check_rendered(page, expected_charts(json.loads((out / "summary.json").read_text())))
 
 
 def check_stream(stream: dict, lossless: bool, unit_ms: float) -> None:
