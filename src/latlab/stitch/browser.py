@@ -70,7 +70,7 @@ def _direction(
         names.append(name)
         kinds.append("network")
     at_receiver = _lookup(got.rtp_ts, sent.rtp_ts)
-    columns += [_take(got.receive_ns, at_receiver), _take(got.t_ns, at_receiver)]
+    columns += [take_at(got.receive_ns, at_receiver), take_at(got.t_ns, at_receiver)]
     names += [f"{receiver}/received", f"{receiver}/receiver-transform"]
     kinds += ["network", "processing"]
     times = np.column_stack(columns).astype(np.int64)
@@ -103,7 +103,8 @@ def _lookup(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
     return np.where(haystack[order][idx] == needles, order[idx], -1)
 
 
-def _take(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+def take_at(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``values[idx]``, ``MISSING`` where ``idx`` is -1 (no such frame)."""
     return np.where(idx >= 0, values[np.maximum(idx, 0)] if len(values) else MISSING, MISSING)
 
 
@@ -127,7 +128,7 @@ def _link_columns(
         ts, t_ns = ts[order], t_ns[order]
         first = np.concatenate([[True], ts[1:] != ts[:-1]])
         idx = _lookup(ts[first], rtp_ts)
-        out.append((probe.name, _take(t_ns[first], idx)))
+        out.append((probe.name, take_at(t_ns[first], idx)))
     return out
 
 

@@ -18,12 +18,14 @@ the first event covering the unit's end, as everywhere else.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
 
 from latlab.ingest.browser_records import BrowserFrames, BrowserLog
 from latlab.ingest.events import EventTable
+from latlab.stitch.browser import take_at
 from latlab.stitch.journeys import Journeys, clock_rate
 from latlab.stitch.position import MISSING, RtpClock
 
@@ -58,12 +60,13 @@ def _after_browser_sender(
     position = clock.position_ns(sent.rtp_ts)
     at_start = _frame_of(position, j.unit_start)
     at_end = _frame_of(position, j.unit_start + j.unit_ns - 1)
+    frame_capture = take_at(sent.capture_ns, at_start)
     capture = np.where(
-        (at_start >= 0) & (_take(sent.capture_ns, at_start) != MISSING),
-        _take(sent.capture_ns, at_start) + j.unit_start - _take(position, at_start),
+        frame_capture != MISSING,  # also where no frame holds the unit
+        frame_capture + j.unit_start - take_at(position, at_start),
         MISSING,
     )
-    encoded = _take(sent.t_ns, at_end)
+    encoded = take_at(sent.t_ns, at_end)
     end = j.probe_names[-1].split("/", 1)[0]
     return _with_columns(
         j,
@@ -85,8 +88,8 @@ def _before_browser_receiver(
     joined = _with_columns(
         j,
         after=[
-            (f"{browser}/received", _take(got.receive_ns, at_end)),
-            (f"{browser}/receiver-transform", _take(got.t_ns, at_end)),
+            (f"{browser}/received", take_at(got.receive_ns, at_end)),
+            (f"{browser}/receiver-transform", take_at(got.t_ns, at_end)),
         ],
         kinds_after=["network", "processing"],
         stream_id=f"{origin}->{browser} ssrc={j.path.ssrc:08x}",
@@ -132,17 +135,13 @@ def _frame_of(frame_position: np.ndarray, unit_position: np.ndarray) -> np.ndarr
     return np.where(inside, order[np.maximum(idx, 0)], -1)
 
 
-def _take(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    return np.where(idx >= 0, values[np.maximum(idx, 0)], MISSING).astype(np.int64)
-
-
 def _with_columns(
     j: Journeys,
     stream_id: str,
-    before: list[tuple[str, np.ndarray]] = (),  # type: ignore[assignment]
-    after: list[tuple[str, np.ndarray]] = (),  # type: ignore[assignment]
-    kinds_before: list[str] = (),  # type: ignore[assignment]
-    kinds_after: list[str] = (),  # type: ignore[assignment]
+    before: Sequence[tuple[str, np.ndarray]] = (),
+    after: Sequence[tuple[str, np.ndarray]] = (),
+    kinds_before: Sequence[str] = (),
+    kinds_after: Sequence[str] = (),
 ) -> Journeys:
     """``j`` with browser probes added before and after its own."""
     first = [np.where(t < 0, MISSING, t) for _, t in before]
