@@ -153,7 +153,10 @@ def test_page_that_never_says_hello(tmp_path: Path) -> None:
     no_script = 'browser_args = ["--blink-settings=scriptEnabled=false"]'
     message, run = run_failing(tmp_path, call_scenario(alice=no_script, timeout_s=4))
     assert message.startswith("process 'alice' (chromium): the page did not say hello within 4 s")
-    assert [p["stopped"] for p in run["processes"]] == ["closed", "closed"]
+    # asked to close through DevTools; one still starting up may not manage in time and
+    # is then stopped by SIGTERM (its own exit, not a kill)
+    stops = [(p["stopped"], p["exit_code"]) for p in run["processes"]]
+    assert all(how in ("closed", "sigterm") and code == 0 for how, code in stops), stops
     assert (tmp_path / "run/logs/alice.stderr").stat().st_size > 0
 
 
