@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from latlab.analysis.blackbox import BlackBoxError, black_box_summary
 from latlab.analysis.element_stats import srt_summary, stats_table
 from latlab.analysis.segments import StreamAnalysis, analyze
 from latlab.ingest.browser_records import read_browser_logs
@@ -67,6 +68,9 @@ def analyze_run(
         summary["resources"] = resources
     if link_logs:
         summary["links"] = [link_summary(log) for log in link_logs]
+    blackbox = _black_box(run_dir, streams, meta)
+    if blackbox is not None:
+        summary["blackbox"] = blackbox
     element_stats = stats_table(table)
     srt = srt_summary(element_stats)
     if srt:
@@ -77,3 +81,15 @@ def analyze_run(
         if element_stats.num_rows:
             pq.write_table(element_stats, run_dir / ELEMENT_STATS_FILE)
     return summary, table, streams
+
+
+def _black_box(
+    run_dir: Path, streams: list[StreamAnalysis], meta: dict[str, Any]
+) -> dict[str, Any] | None:
+    """summary.json's ``blackbox`` (a run with ``[signal]``); a file problem as ``error``."""
+    start, end = meta.get("measure_start_monotonic_ns"), meta.get("measure_end_monotonic_ns")
+    window = (int(start), int(end)) if start is not None and end is not None else None
+    try:
+        return black_box_summary(run_dir, [s.journeys for s in streams], window)
+    except BlackBoxError as exc:
+        return {"error": str(exc)}

@@ -44,6 +44,7 @@ from latlab.lab.sched import (
     thread_policies,
     wait_threads_settled,
 )
+from latlab.lab.signal_rig import RigStartError, SignalRigRun
 from latlab.lab.signals import Terminated, signals_deferred, sigterm_raises
 from latlab.tracer import tracer_env
 
@@ -162,6 +163,11 @@ class _Run:
         self.sampler = ResourceSampler(out_dir / RESOURCES_FILE)
         self.sched: dict[str, dict[str, Any]] = {}
         self.browsers: BrowserLab | None = None
+        self.signal = (
+            SignalRigRun(scenario, scenario.signal, out_dir, self.exited)
+            if scenario.signal
+            else None
+        )
 
     def execute(self) -> RunResult:
         with sigterm_raises():
@@ -203,6 +209,7 @@ class _Run:
             if self.browsers is not None:
                 self.browsers.sample_at_stop(self._browser_children())
             self._stop_all()
+            self._stop_signal_rig()
             self._stop_devices()
             self.sampler.stop()
 
@@ -235,7 +242,30 @@ class _Run:
                 continue
             self._await_ready(child)
             self._apply_sched(proc, child)
+        self._start_signal_rig()
         self.measure_start_ns = time.monotonic_ns()
+
+    def _start_signal_rig(self) -> None:
+        """Play the time-coded signal into its device and record the other (``[signal]``)."""
+        if self.signal is None:
+            return
+        assert self.lab is not None
+        try:
+            self.signal.prepare()
+            self.signal.start(
+                self.lab.exec_argv, lambda host: {**os.environ, **self.devices.env_for(host)}
+            )
+        except RigStartError as exc:
+            raise RunError(str(exc)) from None
+
+    def _stop_signal_rig(self) -> None:
+        if self.signal is None:
+            return
+        with signals_deferred() as received:
+            if received:
+                self.signal.kill()
+            else:
+                self.signal.stop()
 
     def _await_call(self, proc: Process) -> None:
         """Once both browsers of ``proc``'s call are started, wait until media flows."""
@@ -450,6 +480,7 @@ class _Run:
             "links": lab["links"],
             "devices": self.devices.describe(self.out_dir),
             "pageserver": self.browsers.describe() if self.browsers else None,
+            "signal": self.signal.describe() if self.signal else None,
             "calls": [
                 {"name": c.name, "between": list(c.between), "timeout_s": c.timeout_s}
                 for c in self.scenario.calls

@@ -69,6 +69,7 @@ TOP_KEYS = (
     "sweep",
     "devices",
     "calls",
+    "signal",
 )
 ANALYSIS_KEYS = ("unit_ms", "configured_latency_ms", "period_ms")
 HOST_KEYS: tuple[str, ...] = ()
@@ -111,6 +112,7 @@ HOST_ATTRS = ("addr",)
 DEVICE_KEYS = ("host", "server", "rate", "period_frames", "periods", "channels")
 DEVICE_SERVERS = ("jack", "pulse")
 DEVICE_ATTRS = ("period_us", "buffer_us", "rate", "period_frames", "periods", "channels")
+SIGNAL_KEYS = ("inject", "inject_client", "record", "record_client", "interval_ms", "level_dbfs")
 
 
 class ScenarioError(ValueError):
@@ -256,6 +258,25 @@ class Device:
 
 
 @dataclass(frozen=True)
+class SignalRig:
+    """A black-box measurement (``[signal]``): time-coded audio played into a device
+    and the playout device recorded (see ``latlab.lab.jack_signal``).
+
+    ``inject`` and ``record`` name JACK devices; ``inject_client`` is the JACK client
+    whose input ports get the signal (the capture of the system under test, e.g. a
+    ``jackaudiosrc client-name=...``) and ``record_client`` the one whose output ports
+    are recorded. A code every ``interval_ms``, its sync pattern at ``level_dbfs``.
+    """
+
+    inject: str
+    inject_client: str
+    record: str
+    record_client: str
+    interval_ms: float = 200.0
+    level_dbfs: float = -20.0
+
+
+@dataclass(frozen=True)
 class Scenario:
     """A parsed, validated scenario. Hosts and processes keep file order."""
 
@@ -272,6 +293,7 @@ class Scenario:
     sweep: Sweep | None = None
     devices: tuple[Device, ...] = ()
     calls: tuple[Call, ...] = ()
+    signal: SignalRig | None = None
 
     def call_of(self, process: str) -> Call | None:
         """The call a browser or webrtcbin process takes part in (None if it is in none)."""
@@ -464,6 +486,7 @@ class _Parser:
         if self.processes_required or "processes" in data:
             processes = self.processes(self.required(data, "processes", ""), names, params)
         calls = self.calls(data.get("calls", {}), processes, links)
+        signal = self.signal(data["signal"], devices) if "signal" in data else None
         return Scenario(
             name=name,
             duration_s=duration,
@@ -475,6 +498,7 @@ class _Parser:
             analysis=analysis,
             devices=devices,
             calls=calls,
+            signal=signal,
             source=self.source,
             text=text,
         )
@@ -863,6 +887,34 @@ class _Parser:
         }
         numbers = {k: self.bounded_int(table, k, where, *v) for k, v in limits.items()}
         return Device(name=name, host=host, server=server, **numbers)
+
+    def signal(self, value: Any, devices: tuple[Device, ...]) -> SignalRig:
+        """The ``[signal]`` table: which JACK devices and clients the rig connects to."""
+        table = self.table(value, "signal", SIGNAL_KEYS)
+        names: dict[str, str] = {}
+        for side in ("inject", "record"):
+            device = self.string(self.required(table, side, "signal"), f"signal.{side}")
+            known = {d.name: d for d in devices}
+            if device not in known:
+                listed = ", ".join(known) or "none"
+                raise self.fail(f"signal.{side}", f"unknown device '{device}' (devices: {listed})")
+            if known[device].server != "jack":
+                raise self.fail(
+                    f"signal.{side}",
+                    f"device '{device}' is a {known[device].server} device; the signal rig "
+                    "plays and records through JACK devices only",
+                )
+            client_key = f"{side}_client"
+            client = self.string(self.required(table, client_key, "signal"), f"signal.{client_key}")
+            self.ident(client, f"signal.{client_key}", ENTITY_RE, ENTITY_RULE)
+            names[side], names[client_key] = device, client
+        interval = self.positive(table.get("interval_ms", 200.0), "signal.interval_ms")
+        if not 100 <= interval <= 2000:
+            raise self.fail("signal.interval_ms", f"must be from 100 to 2000, not {interval!r}")
+        level = table.get("level_dbfs", -20.0)
+        if isinstance(level, bool) or not isinstance(level, int | float) or not -60 <= level <= -3:
+            raise self.fail("signal.level_dbfs", f"must be from -60 to -3, not {level!r}")
+        return SignalRig(**names, interval_ms=float(interval), level_dbfs=float(level))
 
     def bounded_int(
         self, table: dict[str, Any], key: str, where: str, low: int, high: int, default: int

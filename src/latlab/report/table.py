@@ -8,6 +8,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from latlab.report.blackbox import blackbox_view
+
 COLUMNS = (
     ("p50", "p50_ms"),
     ("p90", "p90_ms"),
@@ -375,6 +377,8 @@ def render_summary(
                 f"after its running time): {', '.join(latencies)}"
             )
         )
+    if summary.get("blackbox"):
+        console.print(blackbox_view(summary))
     if summary.get("resources", {}).get("processes"):
         console.print(resources_table(summary["resources"]))
     for link in summary.get("links", []):

@@ -1,0 +1,288 @@
+"""The black-box rig on a JACK device: play a time-coded signal in, record the output.
+
+Run by ``latlab run`` inside a host's namespace, as a JACK client of that host's
+server (``JACK_DEFAULT_SERVER``)::
+
+    python -m latlab.lab.jack_signal inject --client tx --wav sent.wav --log inject.parquet
+    python -m latlab.lab.jack_signal record --client rx --wav received.wav --log record.parquet
+
+``inject`` connects its output port to every audio input port of client ``--client``
+(the system under test's capture, e.g. a ``jackaudiosrc client-name=tx``) and plays the
+file from the first cycle after connecting; ``record`` connects the first audio output
+port of ``--client`` (e.g. a ``jackaudiosink``) to its input and records it. Both
+print ``ready`` once connected and stop on SIGINT or SIGTERM, then write their files.
+
+The timing log (Parquet, one row per JACK cycle) says which file sample each cycle
+started with and when that cycle started on JACK's clock (``jack_get_cycle_times``):
+a sample at offset ``i`` of cycle ``k`` is handed over at ``cycle_us[k] + i / rate``.
+JACK's clock is not CLOCK_MONOTONIC (jackd2 on Linux reads CLOCK_MONOTONIC_RAW), so
+the log's metadata holds bracketed calibration pairs taken at the start and the end:
+``(monotonic_ns before, jack_us, monotonic_ns after)``.
+
+The process callback only copies samples between preallocated arrays and the port
+buffers; everything else happens before activation or after deactivation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+LOG_SCHEMA = "latlab.jack-signal/1"
+CONNECT_TIMEOUT_S = 10.0
+CALIBRATION_PAIRS = 64
+_CYCLE_TYPES = """
+typedef uint32_t jack_nframes_t;
+typedef uint64_t jack_time_t;
+jack_time_t jack_get_time(void);
+int jack_get_cycle_times(void *client, jack_nframes_t *current_frames,
+    jack_time_t *current_usecs, jack_time_t *next_usecs, float *period_usecs);
+"""
+
+
+class RigError(RuntimeError):
+    """The rig cannot run; ``str()`` is one line."""
+
+
+@dataclass
+class CycleLog:
+    """Preallocated per-cycle timing: file position, JACK frame and microseconds."""
+
+    capacity: int
+    position: np.ndarray = field(init=False)
+    frames: np.ndarray = field(init=False)
+    cycle_us: np.ndarray = field(init=False)
+    nframes: np.ndarray = field(init=False)
+    count: int = 0
+    overflowed: int = 0
+
+    def __post_init__(self) -> None:
+        self.position = np.zeros(self.capacity, dtype=np.int64)
+        self.frames = np.zeros(self.capacity, dtype=np.uint32)
+        self.cycle_us = np.zeros(self.capacity, dtype=np.uint64)
+        self.nframes = np.zeros(self.capacity, dtype=np.uint32)
+
+    def table(self) -> pa.Table:
+        n = self.count
+        return pa.table(
+            {
+                "position": self.position[:n],
+                "frames": self.frames[:n],
+                "cycle_us": self.cycle_us[:n],
+                "nframes": self.nframes[:n],
+            }
+        )
+
+
+class CycleClock:
+    """``jack_get_cycle_times`` and ``jack_get_time``, which JACK-Client does not wrap."""
+
+    def __init__(self, client: Any) -> None:
+        import cffi
+        import jack
+
+        self.ffi = cffi.FFI()
+        self.ffi.cdef(_CYCLE_TYPES)
+        try:
+            self.lib = self.ffi.dlopen("libjack.so.0")
+        except OSError as exc:
+            raise RigError(f"cannot load libjack.so.0: {exc}") from None
+        address = int(jack._ffi.cast("uintptr_t", client._ptr))
+        self.client = self.ffi.cast("void *", address)
+        self.frames = self.ffi.new("jack_nframes_t *")
+        self.current = self.ffi.new("jack_time_t *")
+        self.next = self.ffi.new("jack_time_t *")
+        self.period = self.ffi.new("float *")
+
+    def cycle(self) -> tuple[int, int]:
+        """(frame, microseconds) at the start of the current cycle; only in the callback."""
+        lib = self.lib
+        lib.jack_get_cycle_times(self.client, self.frames, self.current, self.next, self.period)
+        return self.frames[0], self.current[0]
+
+    def calibrate(self, pairs: int = CALIBRATION_PAIRS) -> list[list[int]]:
+        """Bracketed readings ``[monotonic_ns before, jack_us, monotonic_ns after]``."""
+        out = []
+        for _ in range(pairs):
+            before = time.monotonic_ns()
+            jack_us = int(self.lib.jack_get_time())
+            after = time.monotonic_ns()
+            out.append([before, jack_us, after])
+        return out
+
+
+def _open_client(name: str) -> Any:
+    import jack
+
+    try:
+        return jack.Client(name, no_start_server=True)
+    except jack.JackError as exc:
+        raise RigError(f"cannot open JACK client '{name}': {exc}") from None
+
+
+def _await_ports(client: Any, pattern: str, **kinds: bool) -> list[Any]:
+    """Ports of ``pattern`` once they exist (the system under test registers them)."""
+    deadline = time.monotonic() + CONNECT_TIMEOUT_S
+    while True:
+        ports = client.get_ports(pattern, is_audio=True, **kinds)
+        if ports:
+            return ports
+        if time.monotonic() > deadline:
+            side = "input" if kinds.get("is_input") else "output"
+            raise RigError(f"no JACK {side} ports match '{pattern}' after {CONNECT_TIMEOUT_S:g} s")
+        time.sleep(0.01)
+
+
+class Rig:
+    """One JACK client that plays (``inject``) or records (``record``) a mono signal."""
+
+    def __init__(self, mode: str, target: str, seconds: float, signal: np.ndarray | None = None):
+        """``signal`` is what ``inject`` plays; ``record`` keeps up to ``seconds``."""
+        self.mode = mode
+        self.client = _open_client(f"latlab-{mode}")
+        self.rate = int(self.client.samplerate)
+        self.samples = (
+            signal if signal is not None else np.zeros(int(seconds * self.rate), np.float32)
+        )
+        self.position = 0
+        self.running = False
+        self.xruns = 0
+        period = max(1, int(self.client.blocksize))
+        self.log = CycleLog(int(seconds * self.rate / period * 1.5) + 16)
+        self.clock = CycleClock(self.client)
+        self.port = (
+            self.client.outports.register("out")
+            if mode == "inject"
+            else self.client.inports.register("in")
+        )
+        self.target = target
+        self.calibration_start: list[list[int]] = []
+        self.calibration_end: list[list[int]] = []
+        self.client.set_process_callback(self._process)
+        self.client.set_xrun_callback(self._xrun)
+
+    def _xrun(self, _delay_us: float) -> None:
+        self.xruns += 1
+
+    def _process(self, frames: int) -> None:
+        buffer = self.port.get_array()
+        if not self.running:
+            if self.mode == "inject":
+                buffer[:] = 0.0
+            return
+        log = self.log
+        if log.count >= log.capacity:
+            log.overflowed += 1
+            if self.mode == "inject":
+                buffer[:] = 0.0
+            return
+        frame, cycle_us = self.clock.cycle()
+        start = self.position
+        i = log.count
+        log.position[i], log.frames[i], log.cycle_us[i], log.nframes[i] = (
+            start,
+            frame,
+            cycle_us,
+            frames,
+        )
+        log.count = i + 1
+        n = max(0, min(frames, len(self.samples) - start))
+        if self.mode == "inject":
+            buffer[:n] = self.samples[start : start + n]
+            buffer[n:] = 0.0
+        else:
+            self.samples[start : start + n] = buffer[:n]
+        self.position = start + n
+
+    def start(self) -> None:
+        """Activate, connect to the target's ports, then begin playing or recording."""
+        self.calibration_start = self.clock.calibrate()
+        self.client.activate()
+        kind = {"is_input": True} if self.mode == "inject" else {"is_output": True}
+        ports = _await_ports(self.client, f"{self.target}:", **kind)
+        for port in ports if self.mode == "inject" else ports[:1]:
+            if not self.port.is_connected_to(port):
+                pair = (self.port, port) if self.mode == "inject" else (port, self.port)
+                self.client.connect(*pair)
+        self.running = True
+
+    def stop(self) -> None:
+        self.running = False
+        self.client.deactivate()
+        self.calibration_end = self.clock.calibrate()
+        self.client.close()
+
+    def write_log(self, path: Path) -> None:
+        meta = {
+            "schema": LOG_SCHEMA,
+            "mode": self.mode,
+            "target": self.target,
+            "rate": self.rate,
+            "samples": self.position,
+            "xruns": self.xruns,
+            "cycles_lost_to_full_log": self.log.overflowed,
+            "clock": "jack_get_cycle_times current_usecs (JACK's clock, microseconds)",
+            "calibration_start": self.calibration_start,
+            "calibration_end": self.calibration_end,
+        }
+        table = self.log.table().replace_schema_metadata({"latlab": json.dumps(meta)})
+        pq.write_table(table, path)
+
+
+def _wait_for_stop() -> None:
+    """Block until SIGINT or SIGTERM (both were blocked before JACK's threads started)."""
+    signal.sigwait({signal.SIGINT, signal.SIGTERM})
+
+
+def run(args: argparse.Namespace) -> None:
+    from latlab.signal.wavio import read_wav, write_wav
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    if args.mode == "inject":
+        audio = read_wav(args.wav)
+        rig = Rig("inject", args.client, audio.duration_s, audio.samples.astype(np.float32))
+        if audio.rate != rig.rate:
+            raise RigError(f"{args.wav}: {audio.rate} Hz; the JACK server runs at {rig.rate} Hz")
+    else:
+        rig = Rig("record", args.client, args.max_s)
+    rig.start()
+    print("ready", flush=True)
+    _wait_for_stop()
+    rig.stop()
+    if args.mode == "record":
+        write_wav(args.wav, rig.samples[: rig.position], rig.rate)
+    rig.write_log(args.log)
+    print(
+        f"{args.mode}: {rig.position} samples in {rig.log.count} cycles, {rig.xruns} xruns",
+        file=sys.stderr,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m latlab.lab.jack_signal")
+    parser.add_argument("mode", choices=("inject", "record"))
+    parser.add_argument("--client", required=True, help="JACK client to connect to")
+    parser.add_argument("--wav", type=Path, required=True, help="signal to play / recording")
+    parser.add_argument("--log", type=Path, required=True, help="per-cycle timing (Parquet)")
+    parser.add_argument("--max-s", type=float, default=600.0, help="longest recording")
+    args = parser.parse_args(argv)
+    try:
+        run(args)
+    except Exception as exc:  # one line for the run's log; the run reports it
+        print(f"latlab-{args.mode}: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
