@@ -6,7 +6,7 @@ import json
 import sys
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -68,6 +68,17 @@ def run(
     summary, _, _ = analyze_run(out, unit_ms or spec.analysis.unit_ms)
     render_summary(summary, console)
     console.print(f"[dim]summary: {out / 'summary.json'}[/dim]")
+    _fail_on_black_box_error(summary)
+
+
+def _fail_on_black_box_error(summary: dict[str, Any]) -> None:
+    """Exit 1 with one line when the run's black-box files could not be used."""
+    error = summary.get("blackbox", {}).get("error")
+    if error:
+        err_console.print(
+            f"latlab: error: black box: {error}", highlight=False, markup=False, soft_wrap=True
+        )
+        raise typer.Exit(1)
 
 
 def _run_sweep(spec: Scenario, out: Path, progress: bool, unit_ms: float | None) -> None:
@@ -182,6 +193,7 @@ def report(
         sys.stdout.write(json.dumps(summary, indent=1) + "\n")
         return
     render_summary(summary, console, distributions=distributions, cadence=cadence)
+    _fail_on_black_box_error(summary)
 
 
 def _report_input_error(exc: ValueError) -> typer.Exit:

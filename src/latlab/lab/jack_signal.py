@@ -143,6 +143,17 @@ def _await_ports(client: Any, pattern: str, **kinds: bool) -> list[Any]:
         time.sleep(0.01)
 
 
+def _connect(client: Any, source: Any, destination: Any) -> None:
+    """Connect two ports; one the other side connected already is fine."""
+    import jack
+
+    try:
+        client.connect(source, destination)
+    except jack.JackError:
+        if not source.is_connected_to(destination):
+            raise
+
+
 class Rig:
     """One JACK client that plays (``inject``) or records (``record``) a mono signal."""
 
@@ -170,9 +181,14 @@ class Rig:
         self.calibration_end: list[list[int]] = []
         self.client.set_process_callback(self._process)
         self.client.set_xrun_callback(self._xrun)
+        self.server_gone = False
+        self.client.set_shutdown_callback(self._shutdown)
 
     def _xrun(self, _delay_us: float) -> None:
         self.xruns += 1
+
+    def _shutdown(self, _status: Any, _reason: str) -> None:
+        self.server_gone = True
 
     def _process(self, frames: int) -> None:
         buffer = self.port.get_array()
@@ -211,15 +227,15 @@ class Rig:
         kind = {"is_input": True} if self.mode == "inject" else {"is_output": True}
         ports = _await_ports(self.client, f"{self.target}:", **kind)
         for port in ports if self.mode == "inject" else ports[:1]:
-            if not self.port.is_connected_to(port):
-                pair = (self.port, port) if self.mode == "inject" else (port, self.port)
-                self.client.connect(*pair)
+            pair = (self.port, port) if self.mode == "inject" else (port, self.port)
+            _connect(self.client, *pair)
         self.running = True
 
     def stop(self) -> None:
         self.running = False
-        self.client.deactivate()
-        self.calibration_end = self.clock.calibrate()
+        if not self.server_gone:
+            self.client.deactivate()
+            self.calibration_end = self.clock.calibrate()
         self.client.close()
 
     def write_log(self, path: Path) -> None:
@@ -230,6 +246,7 @@ class Rig:
             "rate": self.rate,
             "samples": self.position,
             "xruns": self.xruns,
+            "server_gone": self.server_gone,
             "cycles_lost_to_full_log": self.log.overflowed,
             "clock": "jack_get_cycle_times current_usecs (JACK's clock, microseconds)",
             "calibration_start": self.calibration_start,
@@ -239,9 +256,12 @@ class Rig:
         pq.write_table(table, path)
 
 
-def _wait_for_stop() -> None:
-    """Block until SIGINT or SIGTERM (both were blocked before JACK's threads started)."""
-    signal.sigwait({signal.SIGINT, signal.SIGTERM})
+def _wait_for_stop(rig: Rig, exit_at_end: bool) -> None:
+    """Until SIGINT or SIGTERM (blocked before JACK's threads started), the server
+    shuts down, or with ``exit_at_end`` until the player has played the whole file."""
+    while signal.sigtimedwait({signal.SIGINT, signal.SIGTERM}, 0.05) is None:
+        if rig.server_gone or (exit_at_end and rig.position >= len(rig.samples)):
+            return
 
 
 def run(args: argparse.Namespace) -> None:
@@ -257,7 +277,7 @@ def run(args: argparse.Namespace) -> None:
         rig = Rig("record", args.client, args.max_s)
     rig.start()
     print("ready", flush=True)
-    _wait_for_stop()
+    _wait_for_stop(rig, args.exit_at_end and args.mode == "inject")
     rig.stop()
     if args.mode == "record":
         write_wav(args.wav, rig.samples[: rig.position], rig.rate)
@@ -275,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wav", type=Path, required=True, help="signal to play / recording")
     parser.add_argument("--log", type=Path, required=True, help="per-cycle timing (Parquet)")
     parser.add_argument("--max-s", type=float, default=600.0, help="longest recording")
+    parser.add_argument(
+        "--exit-at-end", action="store_true", help="inject: stop once the file has been played"
+    )
     args = parser.parse_args(argv)
     try:
         run(args)

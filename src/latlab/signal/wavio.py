@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import warnings
 from dataclasses import dataclass
 from math import gcd
@@ -52,7 +53,7 @@ def read_wav(path: Path, channel: int = 0) -> Audio:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", wavfile.WavFileWarning)
             rate, data = wavfile.read(path, mmap=False)
-    except (ValueError, EOFError, OSError) as exc:
+    except (ValueError, EOFError, OSError, struct.error) as exc:
         raise SignalError(f"{path}: not a readable WAV file ({exc})") from None
     if rate < MIN_RATE:
         raise SignalError(

@@ -1,0 +1,253 @@
+"""Black-box end to end in runs (``[signal]``): the rig, the join with probed units, errors.
+
+Known answers on synthetic data for the clock and position mappings; on the real
+stack, the rig looped on one JACK server must measure zero, and a delay planted on
+the link must move the black box and the probed end to end by the same amount.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from latlab.analysis.blackbox import (
+    RECEIVED_WAV,
+    SIGNAL_DIR,
+    RigLog,
+    code_delays,
+    jack_to_monotonic,
+    probed_end_to_end,
+)
+from latlab.lab.devices import Devices
+from latlab.lab.runner import run_scenario
+from latlab.lab.scenario import Device, ScenarioError, parse_scenario
+from latlab.pipeline import analyze_run
+from latlab.signal.commands import GenerateOptions, generate_file
+from latlab.stitch.journeys import Journeys
+from latlab.stitch.paths import StreamPath
+from latlab.stitch.position import MISSING
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIO = REPO / "scenarios" / "l16-jack-blackbox.toml"
+MS = 1_000_000
+
+
+# --- known answers -------------------------------------------------------------------
+
+
+def test_jack_clock_maps_to_monotonic_following_a_drift() -> None:
+    # JACK's clock runs 136 ms behind and gains 10 us over 10 s against CLOCK_MONOTONIC;
+    # the start and end brackets are 2 us wide (a wider one must be ignored).
+    start = [[1_136_000_000 - 1000, 1_000_000, 1_136_000_000 + 1000], [0, 1_000_000, 9_999_999_999]]
+    end = [[11_135_990_000 - 1000, 11_000_000, 11_135_990_000 + 1000]]
+    jack_us = np.array([1_000_000, 6_000_000, 11_000_000])
+    mono = jack_to_monotonic(jack_us, start, end)
+    np.testing.assert_allclose(mono, [1_136_000_000, 6_135_995_000, 11_135_990_000], atol=1)
+
+
+def test_sample_times_follow_cycles_and_leave_gaps_unknown() -> None:
+    # three cycles of 480 frames at 48 kHz; an xrun lost 20 ms between the 2nd and 3rd
+    log = RigLog(
+        path=Path("inject.parquet"),
+        rate=48000,
+        position=np.array([0, 480, 960]),
+        cycle_ns=np.array([1e9, 1e9 + 10 * MS, 1e9 + 40 * MS]),
+        nframes=np.array([480, 480, 480]),
+        xruns=1,
+    )
+    times = log.sample_times(np.array([0.0, 240.5, 480.0, 1000.0, 1440.0, -1.0]))
+    expected = [1e9, 1e9 + 240.5 / 48000 * 1e9, 1e9 + 10 * MS, 1e9 + 40 * MS + 40 / 48000 * 1e9]
+    np.testing.assert_allclose(times[:4], expected)
+    assert np.isnan(times[4:]).all()  # after the last cycle and before the first
+
+
+def _journeys(starts_ms: list[float], end_to_end_ms: list[float]) -> Journeys:
+    start = np.array(starts_ms) * MS
+    times = np.stack([start, start + np.array(end_to_end_ms) * MS], axis=1).astype(np.int64)
+    times[2, 1] = MISSING  # the third unit never arrived
+    return Journeys(
+        stream_id="s",
+        media="audio",
+        unit_ns=10 * MS,
+        path=StreamPath(probes=(0, 1), ssrc=None),
+        probe_names=["tx/src:src", "rx/sink:sink"],
+        segment_kinds=["network"],
+        unit_start=np.arange(len(start)) * 10 * MS,
+        times=times,
+        threads=np.zeros_like(times, dtype=np.int32),
+        clock_domains=["monotonic"],
+    )
+
+
+def test_each_code_takes_the_end_to_end_of_the_unit_whose_window_holds_it() -> None:
+    journeys = _journeys([100, 110, 120, 130], [50, 51, 52, 53])
+    instants = np.array([100, 109.999, 110, 125, 135, 140, 99, np.nan]) * MS
+    probed = probed_end_to_end(journeys, instants) / MS
+    np.testing.assert_allclose(probed[:3], [50, 50, 51])
+    assert np.isnan(probed[3])  # the unit that held it was lost
+    assert probed[4] == pytest.approx(53)
+    assert np.isnan(probed[5:]).all()  # after the last unit's window, before the first, unknown
+
+
+# --- scenario errors --------------------------------------------------------------------
+
+
+def _with_signal(table: str) -> str:
+    text = SCENARIO.read_text(encoding="utf-8")
+    return text.split("[signal]")[0] + table
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        (
+            '[signal]\ninject = "nope"\ninject_client = "tx"\nrecord = "snd_rx"\n'
+            'record_client = "rx"\n',
+            "signal.inject: unknown device 'nope' (devices: snd_tx, snd_rx)",
+        ),
+        ('[signal]\ninject = "snd_tx"\ninject_client = "tx"\n', "signal: missing 'record'"),
+        (
+            '[signal]\ninject = "snd_tx"\ninject_client = "t x"\nrecord = "snd_rx"\n'
+            'record_client = "rx"\n',
+            "signal.inject_client: invalid name 't x'",
+        ),
+        (
+            '[signal]\ninject = "snd_tx"\ninject_client = "tx"\nrecord = "snd_rx"\n'
+            'record_client = "rx"\ninterval_ms = 20\n',
+            "signal.interval_ms: must be from 100 to 2000, not 20",
+        ),
+        (
+            '[signal]\ninject = "snd_tx"\ninject_client = "tx"\nrecord = "snd_rx"\n'
+            'record_client = "rx"\nspeed = 2\n',
+            "signal: unknown key 'speed'",
+        ),
+    ],
+)
+def test_bad_signal_tables_are_one_line_errors(table: str, message: str) -> None:
+    with pytest.raises(ScenarioError) as error:
+        parse_scenario(_with_signal(table), "bb.toml")
+    assert str(error.value).startswith(f"bb.toml: {message}")
+    assert "\n" not in str(error.value)
+
+
+def test_a_pulse_device_cannot_carry_the_signal() -> None:
+    table = '[signal]\ninject = "snd_tx"\ninject_client = "tx"\n'
+    text = _with_signal(table + 'record = "snd_rx"\nrecord_client = "rx"\n').replace(
+        'server = "jack"', 'server = "pulse"', 1
+    )
+    with pytest.raises(ScenarioError, match="device 'snd_tx' is a pulse device"):
+        parse_scenario(text, "bb.toml")
+
+
+# --- the real stack ---------------------------------------------------------------------
+
+
+def _require_jack() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    if shutil.which("jackd") is None:
+        pytest.skip("jackd not installed")
+
+
+def test_rig_looped_on_one_jack_server_measures_zero(tmp_path: Path) -> None:
+    """Player and recorder on one server, connected directly: every code in the same cycle."""
+    _require_jack()
+    device = Device(name="snd", host="h", server="jack")
+    (tmp_path / "logs").mkdir()
+    devices = Devices([device], tmp_path / "logs")
+    signal_dir = tmp_path / SIGNAL_DIR
+    signal_dir.mkdir()
+    generate_file(GenerateOptions(out=signal_dir / "sent.wav", duration_s=4.0))
+    devices.start_all(lambda _host, argv: list(argv))
+    try:
+        env = {**os.environ, **devices.env_for(device.host)}
+        rig = [sys.executable, "-m", "latlab.lab.jack_signal"]
+        recorder = subprocess.Popen(
+            [*rig, "record", "--client", "latlab-inject", "--wav", str(signal_dir / RECEIVED_WAV),
+             "--log", str(signal_dir / "record.parquet"), "--max-s", "10"],
+            env=env, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        player = subprocess.Popen(
+            [*rig, "inject", "--client", "latlab-record", "--wav", str(signal_dir / "sent.wav"),
+             "--log", str(signal_dir / "inject.parquet"), "--exit-at-end"],
+            env=env, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert player.stdout is not None and recorder.stdout is not None
+        assert player.stdout.readline().strip() == "ready"
+        assert recorder.stdout.readline().strip() == "ready"
+        assert player.wait(timeout=30) == 0  # it exits once the whole file was played
+        recorder.send_signal(signal.SIGINT)
+        assert recorder.wait(timeout=10) == 0
+    finally:
+        devices.stop_all()
+    delays = code_delays(signal_dir)
+    assert delays.found.all() and len(delays.index) >= 15
+    assert np.abs(delays.black_box_ns).max() < 5_000  # 5 us: a quarter of a sample
+
+
+def _run(tmp_path: Path, tag: str, delay_ms: float) -> tuple[Path, dict[str, Any]]:
+    text = SCENARIO.read_text(encoding="utf-8").replace(
+        'between = ["tx", "rx"]', f'between = ["tx", "rx"]\ndelay_ms = {delay_ms}', 1
+    )
+    scenario = parse_scenario(text, f"{tag}.toml").with_duration(6)
+    out = tmp_path / tag
+    run_scenario(scenario, out, progress=False)
+    summary, _, _ = analyze_run(out)
+    return out, summary
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[float, tuple[Path, dict]]:
+    _require_jack()
+    base = tmp_path_factory.mktemp("blackbox")
+    return {delay: _run(base, f"delay{delay:g}", delay) for delay in (5.0, 35.0)}
+
+
+def test_planted_link_delay_moves_black_box_and_probes_alike(planted: dict) -> None:
+    """Within a run, black box and probes track each other code by code; between runs, a
+    delay planted on the link moves both. What neither can pin is how the playout
+    sink's ring buffer lines up with the device's periods in each run: the probes
+    estimate that device time from configuration, so the unexplained time may differ
+    between two runs by up to one device period (10 ms here)."""
+    boxes = {delay: summary["blackbox"] for delay, (_, summary) in planted.items()}
+    for box in boxes.values():
+        codes = box["codes"]
+        assert codes["injected"] >= 20
+        assert codes["found"] == codes["injected"]
+        assert codes["matched_to_units"] >= codes["injected"] - 1
+        spread = box["unexplained"]["max_ms"] - box["unexplained"]["min_ms"]
+        assert spread < 1.0
+    shift = {
+        key: boxes[35.0][key]["p50_ms"] - boxes[5.0][key]["p50_ms"]
+        for key in ("black_box", "probed", "unexplained")
+    }
+    period_ms = 10.0
+    assert 30.0 - period_ms - 1.0 < shift["black_box"] < 30.0 + period_ms + 1.0
+    assert abs(shift["unexplained"]) <= period_ms + 0.5
+
+
+def test_a_damaged_recording_is_one_line_and_the_rest_of_the_run_stays(
+    planted: dict, tmp_path: Path
+) -> None:
+    run_dir, _ = planted[5.0]
+    copy = tmp_path / "damaged"
+    shutil.copytree(run_dir, copy)
+    (copy / SIGNAL_DIR / RECEIVED_WAV).write_bytes(b"RIFF\x00\x00")
+    summary, _, _ = analyze_run(copy)
+    assert summary["streams"] and summary["streams"][0]["end_to_end"]["count"] > 0
+    assert summary["blackbox"]["error"].startswith(str(copy / SIGNAL_DIR / RECEIVED_WAV))
+    result = subprocess.run(
+        [str(REPO / "latlab"), "report", str(copy)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    (line,) = [line for line in result.stderr.splitlines() if line.startswith("latlab: error:")]
+    assert "received.wav: not a readable WAV file" in line
