@@ -203,6 +203,13 @@ def render(html_path: Path, tmp_path: Path) -> dict[str, Any]:
             "[...document.querySelectorAll('#findings li')].map((li) => li.textContent)"
         )
         page["ids"] = browser.evaluate("[...document.querySelectorAll('[id]')].map((e) => e.id)")
+        page["sections"] = browser.evaluate(
+            "Object.fromEntries([...document.querySelectorAll('section[id]')]"
+            ".map((s) => [s.id, s.innerText]))"
+        )
+        page["data"] = browser.evaluate(
+            "JSON.parse(document.getElementById('latlab-data').textContent)"
+        )
         page["errors"] = browser.errors()
         page["requests"] = [e for e in browser.events if e["method"] == "Network.requestWillBeSent"]
     finally:
@@ -224,6 +231,12 @@ def expected_charts(summary: dict[str, Any]) -> set[str]:
             ids.add(f"s{i}-jb")
     if summary.get("resources"):
         ids.add("cpu")
+    box = summary.get("blackbox") or {}
+    if box and not box.get("error"):
+        if box["codes"]["found"]:
+            ids.add("blackbox-series")
+        if box["unexplained"]["count"]:
+            ids.add("blackbox-dist")
     return ids
 
 
@@ -311,6 +324,118 @@ def test_sweep_report_has_a_chart_per_metric(tmp_path: Path) -> None:
     p50 = [p["streams"][0]["end_to_end"]["p50_ms"] for p in sweep["points"]]
     assert value == pytest.approx((p50[1] - p50[0]) / 30, abs=0.001)
     assert value > 0.3  # a longer jitter buffer holds each unit longer
+
+
+BLACKBOX_RUN_S = 5.0
+
+
+@pytest.fixture(scope="module")
+def blackbox_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """l16-jack-blackbox (a time-coded signal through JACK devices), its HTML report written."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    from latlab.lab.runner import run_scenario
+    from latlab.lab.scenario import load_scenario
+    from latlab.report.html import report_html
+
+    run_dir = tmp_path_factory.mktemp("html-blackbox") / "run"
+    scenario = load_scenario(REPO / "scenarios" / "l16-jack-blackbox.toml")
+    run_scenario(scenario.with_duration(BLACKBOX_RUN_S), run_dir, progress=False)
+    html_path = report_html(run_dir, None)
+    return html_path, json.loads((run_dir / "summary.json").read_text())
+
+
+@pytest.mark.e2e
+@needs_chromium
+def test_black_box_section_of_a_real_run_renders(
+    blackbox_run: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    html_path, summary = blackbox_run
+    box = summary["blackbox"]
+    assert "error" not in box, box
+    assert box["codes"]["matched_to_units"] > 0
+    page = render(html_path, tmp_path)
+    expected = expected_charts(summary)
+    assert {"blackbox-series", "blackbox-dist"} <= expected
+    check_rendered(page, expected)
+    section = page["sections"]["blackbox"]
+    assert section.startswith("Black box vs probes")
+    for label, key in (("black box end to end", "black_box"),
+                       ("probed end to end, same units", "probed"),
+                       ("unexplained (black box - probed)", "unexplained")):  # fmt: skip
+        stats = box[key]
+        row = next(line for line in section.splitlines() if line.startswith(label))
+        cells = row[len(label) :].split()
+        assert cells == [str(stats["count"])] + [
+            f"{stats[k]:.3f}" for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms")
+        ], row
+    # the chart draws every counted code, read from blackbox.parquet
+    series = page["data"]["blackbox"]["series"]
+    assert len(series["x"]) == box["codes"]["injected"]
+    assert sum(v is not None for v in series["unexplained"]) == box["codes"]["matched_to_units"]
+    assert page["data"]["blackbox"]["distribution"]["count"] == box["unexplained"]["count"]
+    # the finding says which way the probes are off, by how much, and where it likely is
+    said = [f for f in page["findings"] if "Black box vs probes" in f]
+    assert len(said) == 1, page["findings"]
+    p50 = box["unexplained"]["p50_ms"]
+    if abs(p50) > fnd.UNEXPLAINED_FLOOR_MS:
+        way = "over-count" if p50 < 0 else "under-count"
+        assert f"the probes {way} the end to end by {fnd._ms(abs(p50))} ms" in said[0]
+        stream = next(s for s in summary["streams"] if s["id"] == box["stream"])
+        estimated = [seg["to"] for seg in stream["segments"] if seg.get("estimated")]
+        assert estimated and all(name in said[0] for name in estimated)
+        assert "not certain" in said[0]
+    else:
+        assert "agree within" in said[0]
+    missing = [f for f in page["findings"] if "were not found in the recording" in f]
+    assert len(missing) == (1 if box["codes"]["missing"] else 0)
+
+
+@needs_chromium
+def test_black_box_error_is_shown_escaped(tmp_path: Path) -> None:
+    from latlab.report.html import report_html
+
+    evil = '<img src=x onerror=alert(1)>&"x'
+    run_dir = tmp_path / f"run{evil}"
+    make_rtp_audio_run(run_dir, SyntheticRtpAudio(units=400))
+    (run_dir / "signal").mkdir()
+    (run_dir / "signal" / "sent.wav").write_bytes(b"RIFF")  # a signal, but no sent codes
+    html_path = report_html(run_dir, tmp_path / "report.html")
+    text = html_path.read_text()
+    assert "<img src=x" not in text
+    assert "&lt;img src=x onerror=alert(1)&gt;&amp;&quot;x" in text
+    page = render(html_path, tmp_path)
+    assert page["errors"] == []
+    section = page["sections"]["blackbox"]
+    error = f"{run_dir / 'signal' / 'sent.wav.codes.json'}: cannot read the sent codes"
+    lines = [line for line in section.splitlines() if line.strip()]
+    assert lines[0] == "Black box vs probes" and lines[1].startswith(f"black box: {error}"), lines
+    assert not any(f["id"].startswith("blackbox") for f in page["figures"])
+    assert any("Black box: no figures" in f and error in f for f in page["findings"])
+
+
+def test_black_box_findings_on_planted_figures() -> None:
+    def stats(p50: float, count: int = 40) -> dict[str, Any]:
+        return {"count": count, "p50_ms": p50}
+
+    (under,) = fnd.black_box_unexplained(stats(52.5), stats(50.0), stats(2.5), [], "a")
+    assert "under-count the end to end by 2.500 ms" in under.text and under.notable
+    assert "No segment of the stream is estimated" in under.text and under.anchor == "a"
+    (over,) = fnd.black_box_unexplained(
+        stats(60.0), stats(96.0), stats(-36.0), ["rx/k:device 40.000 ms"], "a"
+    )
+    assert (
+        "over-count the end to end by 36.0 ms" in over.text and "rx/k:device 40.000 ms" in over.text
+    )
+    (agree,) = fnd.black_box_unexplained(stats(50.4), stats(50.0), stats(0.4), ["x"], "a")
+    assert "agree within" in agree.text and not agree.notable
+    assert fnd.black_box_unexplained(stats(50.0), stats(0, 0), stats(0, 0), [], "a") == []
+    codes = {"injected": 40, "found": 37, "missing": 3, "inferred": 0, "matched_to_units": 35}
+    (missing,) = fnd.black_box_missing(codes, "b")
+    assert "3 of 40 injected codes (7.5%) were not found" in missing.text
+    assert "2 of 37 found codes fell in no complete unit" in missing.text and missing.notable
+    whole = {"injected": 40, "found": 40, "missing": 0, "inferred": 0, "matched_to_units": 40}
+    assert fnd.black_box_missing(whole, "b") == []
 
 
 # --- synthetic runs (no root needed) --------------------------------------------------------

@@ -10,7 +10,9 @@ Every function here works on whole columns (numpy), never unit by unit:
   probe (the thesis's repeated lines, its figure 3.14), and where along the path they start;
 * :func:`periodic_spikes` - latency spikes of the end-to-end series and whether they recur
   at a period (autocorrelation by FFT, the thesis's bursts every ~25 000 packets);
-* :func:`bursts` - loss or concealment bursts in a per-unit or per-interval flag series.
+* :func:`bursts` - loss or concealment bursts in a per-unit or per-interval flag series;
+* :func:`black_box_unexplained` and :func:`black_box_missing` - what a time-coded signal
+  through the devices says about the probed end to end (summary.json ``blackbox``).
 
 A finding's ``text`` is plain text (element names come from traces: the HTML report
 escapes it); ``anchor`` is the id of the plot that shows it.
@@ -19,7 +21,9 @@ escapes it); ``anchor`` is the id of the plot that shows it.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -34,13 +38,14 @@ PERIODIC_SPREAD = 0.25  # burst intervals within this fraction of the period
 MIN_PERIODIC_BURSTS = 3
 OSCILLATION_ACF = 0.5  # autocorrelation of the whole series at its period to call it periodic
 MIN_OSCILLATION_UNITS = 10  # shorter periods are framing (packets of several units), not news
+UNEXPLAINED_FLOOR_MS = 1.0  # black box - probed p50 beyond this: the probes miss or add time
 
 
 @dataclass(frozen=True)
 class Finding:
     """One statement about a run, with the id of the plot that shows it."""
 
-    topic: str  # median, tail, configured, cadence, spikes, loss, concealment, sweep
+    topic: str  # median, tail, configured, cadence, spikes, loss, concealment, sweep, blackbox
     text: str
     anchor: str
     notable: bool = False  # worth a reader's attention (shown highlighted)
@@ -439,3 +444,76 @@ def bursts(
         f"at {t0_s + starts[longest] * step_s:.2f} s"
     )
     return [Finding(topic, text + ".", anchor, notable=True)]
+
+
+def black_box_unexplained(
+    black_box: dict[str, Any],
+    probed: dict[str, Any],
+    unexplained: dict[str, Any],
+    estimated: Sequence[str],
+    anchor: str,
+) -> list[Finding]:
+    """Black box against probed end to end over the same units (stats dicts of summary.json
+    ``blackbox``): whether the probes over- or under-count, and where that is likely to be.
+
+    ``estimated``: the carrier stream's estimated (modelled) device segments, as text.
+    """
+    p50 = unexplained.get("p50_ms")
+    if not unexplained.get("count") or p50 is None:
+        return []
+    figures = (
+        f"p50 of black box - probed over {unexplained['count']} codes; black box p50 "
+        f"{_ms(black_box['p50_ms'])} ms, probed p50 {_ms(probed['p50_ms'])} ms"
+    )
+    if abs(p50) <= UNEXPLAINED_FLOOR_MS:
+        text = (
+            f"Black box vs probes: they agree within {_ms(UNEXPLAINED_FLOOR_MS)} ms "
+            f"(unexplained {_ms(p50)} ms, {figures})."
+        )
+        return [Finding("blackbox", text, anchor)]
+    if p50 < 0:
+        what = (
+            f"the probes over-count the end to end by {_ms(-p50)} ms: they count time the "
+            "signal did not spend"
+        )
+    else:
+        what = (
+            f"the probes under-count the end to end by {_ms(p50)} ms: the signal spent time "
+            "where no probe saw it"
+        )
+    if estimated:
+        where = (
+            "The likely place is the stream's estimated device time, modelled rather than "
+            f"observed: {', '.join(estimated)} (likely, not certain: the black box says how "
+            "much, not where)."
+        )
+    else:
+        where = (
+            "No segment of the stream is estimated, so the likely place is a device or OS "
+            "buffer outside the probes (likely, not certain: the black box says how much, "
+            "not where)."
+        )
+    return [Finding("blackbox", f"Black box vs probes: {what} ({figures}). {where}", anchor,
+                    notable=True)]  # fmt: skip
+
+
+def black_box_missing(codes: dict[str, int], anchor: str) -> list[Finding]:
+    """Codes injected but not found in the recording, or found but not matched to a unit."""
+    injected, found = codes["injected"], codes["found"]
+    unmatched = found - codes["matched_to_units"]
+    if injected == found and not unmatched:
+        return []
+    parts = []
+    if injected > found:
+        parts.append(
+            f"{injected - found} of {injected} injected codes "
+            f"({(injected - found) / max(injected, 1):.1%}) were not found in the recording "
+            "(lost, or too damaged to decode); the black box has no figure for them"
+        )
+    if unmatched:
+        parts.append(
+            f"{unmatched} of {found} found codes fell in no complete unit's capture window, "
+            "so they have no probed or unexplained figure"
+        )
+    return [Finding("blackbox", "Black box codes: " + "; ".join(parts) + ".", anchor,
+                    notable=injected > found)]  # fmt: skip

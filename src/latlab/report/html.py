@@ -16,6 +16,7 @@ from typing import Any
 
 from latlab import __version__
 from latlab.analysis.segments import StreamAnalysis
+from latlab.report.blackbox import ROWS as BLACKBOX_ROWS
 from latlab.report.findings import Finding
 from latlab.report.html_composite import composite
 from latlab.report.html_data import CHARTS, MAX_POINTS, run_model, to_json
@@ -140,6 +141,66 @@ def stream_section(index: int, model: dict[str, Any], stream: dict[str, Any]) ->
     return "".join(parts)
 
 
+BLACKBOX_COLUMNS = (("p50", "p50_ms"), ("p90", "p90_ms"), ("p99", "p99_ms"), ("max", "max_ms"),
+                    ("mean", "mean_ms"))  # fmt: skip
+
+
+def blackbox_table(box: dict[str, Any]) -> str:
+    """Black box, probed (same units) and unexplained end to end: codes and statistics."""
+    head = "".join(f"<th>{label} ms</th>" for label, _ in BLACKBOX_COLUMNS)
+    rows = []
+    for label, key in BLACKBOX_ROWS:
+        stats = box[key]
+        cells = "".join(f"<td>{_ms(stats.get(k))}</td>" for _, k in BLACKBOX_COLUMNS)
+        rows.append(f"<tr><td>{esc(label)}</td><td>{esc(stats.get('count', 0))}</td>{cells}</tr>")
+    return (
+        '<table class="stats blackbox"><thead><tr><th></th><th>codes</th>'
+        f"{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def blackbox_section(model: dict[str, Any], box: dict[str, Any]) -> str:
+    """The section "Black box vs probes": the time-coded signal's end to end beside the probes'.
+
+    ``model``: html_data.blackbox_model; ``box``: summary.json ``blackbox``.
+    """
+    a = model["anchor"]
+    head = f'<section id="{esc(a)}"><h2>Black box vs probes</h2>'
+    if model.get("error"):
+        return f'{head}<p class="error">black box: {esc(model["error"])}</p></section>'
+    codes = model["codes"]
+    stream = model["stream"]
+    if model["stream_index"] is not None:
+        stream = f'<a href="#s{model["stream_index"]}">{esc(stream)}</a>'
+    else:
+        stream = esc(stream or "none found")
+    intro = (
+        f"<p>{esc(codes['found'])} of {esc(codes['injected'])} time codes injected found in the "
+        f"recording ({esc(codes['inferred'])} inferred), {esc(codes['matched_to_units'])} "
+        f"matched to probed units of the carrier stream {stream}. "
+        "Unexplained = black box - probed, per code: positive is time the probes did not see, "
+        f"negative is time they counted that the signal did not spend.</p>"
+        f"<p><small>{esc(box.get('method', ''))}</small></p>"
+    )
+    parts = [head, intro, blackbox_table(box)]
+    if model["estimated"]:
+        parts.append(
+            "<p>The probed end to end includes estimated (modelled, not observed) device time: "
+            f"{esc(', '.join(model['estimated']))}.</p>"
+        )
+    if not model["parquet"]:
+        parts.append("<p>No per-code figures: blackbox.parquet could not be read.</p>")
+    if model["series"]:
+        parts.append(figure(f"{a}-series", "blackbox", "blackbox.series",
+                            "Per code: black box, probed (the unit that carried it) and "
+                            "unexplained end to end, over the run."))  # fmt: skip
+    if model["distribution"]:
+        parts.append(figure(f"{a}-dist", "distribution", "blackbox.distribution",
+                            "Unexplained (black box - probed) over the codes matched to a unit: "
+                            "histogram and CDF."))  # fmt: skip
+    return "".join(parts) + "</section>"
+
+
 def traces_table(traces: list[dict[str, Any]]) -> str:
     """Traced processes: configured pipeline latency and problems."""
     rows = "".join(
@@ -180,10 +241,15 @@ def run_html(
     model = run_model(run_dir, meta, summary, streams, max_points)
     many = len(model["streams"]) > 1
     groups = [(m["id"] if many else "", m["findings"]) for m in model["streams"]]
+    box = model["blackbox"]
+    if box:
+        groups.append(("black box" if many else "", box["findings"]))
     sections = [
         stream_section(i, m, s)
         for i, (m, s) in enumerate(zip(model["streams"], summary["streams"], strict=True))
     ]
+    if box:
+        sections.append(blackbox_section(box, summary["blackbox"]))
     if model["cpu"]:
         sections.append(
             '<section id="resources"><h2>Resources</h2>'

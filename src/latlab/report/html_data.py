@@ -4,7 +4,8 @@
 the run directory) into one JSON-ready dict: per stream the waterfall, the tail
 split, per-segment histograms and CDFs, the per-unit scatter of each probe's time
 relative to the first probe, the end-to-end, loss and concealment series, and the
-findings; per run the CPU series. Statistics come from every unit; only what is
+findings; per run the CPU series and, for a run with a time-coded signal, the black box
+against the probes per code (``blackbox.parquet``). Statistics come from every unit; only what is
 drawn point by point (scatter, series) is decimated to ``max_points`` per line,
 keeping each bucket's minimum and maximum so spikes and gaps stay visible.
 """
@@ -21,10 +22,12 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from latlab.analysis.blackbox import CODES_FILE
 from latlab.analysis.segments import StreamAnalysis
 from latlab.ingest.browser_records import BrowserLog, read_browser_logs
 from latlab.lab.resources import RESOURCES_FILE, SYSTEM
 from latlab.report import findings as fnd
+from latlab.report.blackbox import estimated_segments
 from latlab.stitch.position import MISSING
 
 MAX_POINTS = 4000  # per scatter line and series
@@ -598,6 +601,87 @@ def run_model(
         "cpu": cpu_series(run_dir, t0),
         "resources": summary.get("resources"),
         "traces": summary.get("traces", []),
+        "blackbox": blackbox_model(run_dir, summary, t0),
+    }
+
+
+BLACKBOX_ANCHOR = "blackbox"
+BLACKBOX_COLUMNS = ("black_box_ms", "probed_ms", "unexplained_ms")
+
+
+def blackbox_codes(path: Path) -> dict[str, np.ndarray] | None:
+    """The codes counted in the measured window from ``blackbox.parquet`` (None if unreadable)."""
+    try:
+        table = pq.read_table(path, columns=["in_window", "inject_ns", *BLACKBOX_COLUMNS])
+    except (OSError, ValueError, KeyError):  # pyarrow's errors are OSError / ValueError
+        return None
+    keep = table.column("in_window").to_numpy(zero_copy_only=False).astype(bool)
+    columns = {
+        name: table.column(name).to_numpy(zero_copy_only=False).astype(np.float64)[keep]
+        for name in ("inject_ns", *BLACKBOX_COLUMNS)
+    }
+    order = np.argsort(columns["inject_ns"], kind="stable")
+    return {name: values[order] for name, values in columns.items()}
+
+
+def blackbox_series(codes: dict[str, np.ndarray], t0_ns: int) -> dict[str, Any] | None:
+    """Black box, probed and unexplained ms of each code over its injection time."""
+    inject = codes["inject_ns"]
+    if not np.isfinite(codes["black_box_ms"]).any():
+        return None
+    origin = t0_ns if t0_ns > 0 else float(np.nanmin(inject))
+    since = "the run started" if t0_ns > 0 else "the first code"
+    return {
+        "x": _round((inject - origin) / 1e9, 3),
+        "x_label": f"s since {since} (code injected)",
+        **{name.removesuffix("_ms"): _round(codes[name]) for name in BLACKBOX_COLUMNS},
+    }
+
+
+def blackbox_distribution(codes: dict[str, np.ndarray]) -> dict[str, Any] | None:
+    """The unexplained time's histogram and CDF over the codes matched to a unit."""
+    unexplained = codes["unexplained_ms"]
+    values_ns = unexplained[np.isfinite(unexplained)] * 1e6
+    if not len(values_ns):
+        return None
+    return {**distribution(values_ns, "unexplained", "unexplained"), "noun": "codes"}
+
+
+def blackbox_model(run_dir: Path, summary: dict[str, Any], t0_ns: int) -> dict[str, Any] | None:
+    """The black box against the probes (summary.json ``blackbox``), None without a signal.
+
+    A file problem stays ``{"error": line}``; a ``blackbox.parquet`` that cannot be read
+    leaves the table and findings without the per-code charts.
+    """
+    box = summary.get("blackbox")
+    if not box:
+        return None
+    if box.get("error"):
+        error = str(box["error"])
+        text = f"Black box: no figures, its files could not be used: {error}"
+        found = [fnd.Finding("blackbox", text, BLACKBOX_ANCHOR, notable=True)]
+        return {"anchor": BLACKBOX_ANCHOR, "error": error, "findings": found}
+    codes = blackbox_codes(run_dir / CODES_FILE)
+    series = blackbox_series(codes, t0_ns) if codes is not None else None
+    dist = blackbox_distribution(codes) if codes is not None else None
+    series_anchor = f"{BLACKBOX_ANCHOR}-series" if series else BLACKBOX_ANCHOR
+    estimated = estimated_segments(summary, box.get("stream"))
+    unexplained = fnd.black_box_unexplained(
+        box["black_box"], box["probed"], box["unexplained"], estimated,
+        f"{BLACKBOX_ANCHOR}-dist" if dist else series_anchor,
+    )  # fmt: skip
+    stream_ids = [s.get("id") for s in summary.get("streams", [])]
+    carrier = box.get("stream")
+    return {
+        "anchor": BLACKBOX_ANCHOR,
+        "stream": carrier,
+        "stream_index": stream_ids.index(carrier) if carrier in stream_ids else None,
+        "codes": box["codes"],
+        "estimated": estimated,
+        "parquet": codes is not None,
+        "series": series,
+        "distribution": dist,
+        "findings": unexplained + fnd.black_box_missing(box["codes"], series_anchor),
     }
 
 

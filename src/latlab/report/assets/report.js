@@ -30,6 +30,19 @@
     const text = a >= 100 ? v.toFixed(0) : a >= 10 ? v.toFixed(1) : a >= 1 ? v.toFixed(2) : v.toFixed(3);
     return text.includes('.') ? text.replace(/0+$/, '').replace(/\.$/, '') : text;
   }
+  // A tick label with as many decimals as the step needs (fmt alone can print one label
+  // for every tick of a narrow range far from zero, e.g. -33.9 for -33.90 ... -33.85).
+  function tickFmt(v, step) {
+    let digits = 0;
+    while (digits < 6 && Math.abs(Math.round(step * 10 ** digits) - step * 10 ** digits) > 1e-6) {
+      digits++;
+    }
+    const strip = (t) => (t.includes('.') ? t.replace(/0+$/, '').replace(/\.$/, '') : t);
+    const decimals = (t) => (t.includes('.') ? t.length - t.indexOf('.') - 1 : 0);
+    const text = fmt(v);
+    const exact = strip(v.toFixed(digits));
+    return decimals(text) >= decimals(exact) ? text : exact;
+  }
   function range(arrays, {zero = false, pad = 0.04} = {}) {
     let lo = Infinity;
     let hi = -Infinity;
@@ -98,18 +111,21 @@
       c.lineWidth = 1;
       c.textAlign = 'right';
       c.textBaseline = 'middle';
+      const ystep = niceStep(Math.max(...yr) - Math.min(...yr), 6);
       for (const v of yticks ? ticks(Math.min(...yr), Math.max(...yr), 6) : []) {
         const y = Math.round(this.sy(v)) + 0.5;
         c.beginPath(); c.moveTo(this.x0, y); c.lineTo(this.x1, y); c.stroke();
-        c.fillText(fmt(v), this.x0 - 4, y);
+        c.fillText(tickFmt(v, ystep), this.x0 - 4, y);
       }
       if (xticks) {
         c.textAlign = 'center';
         c.textBaseline = 'top';
-        for (const v of ticks(xr[0], xr[1], Math.max(3, Math.floor((this.x1 - this.x0) / 70)))) {
+        const count = Math.max(3, Math.floor((this.x1 - this.x0) / 70));
+        const xstep = niceStep(xr[1] - xr[0], count);
+        for (const v of ticks(xr[0], xr[1], count)) {
           const x = Math.round(this.sx(v)) + 0.5;
           c.beginPath(); c.moveTo(x, this.y1); c.lineTo(x, this.y0); c.stroke();
-          c.fillText(fmt(v), x, this.y0 + 4);
+          c.fillText(tickFmt(v, xstep), x, this.y0 + 4);
         }
       }
       c.strokeStyle = '#888';
@@ -171,9 +187,10 @@
       c.setLineDash([]);
       if (label) {
         c.fillStyle = stroke;
-        c.textAlign = 'left';
+        const left = px + 3 + c.measureText(label).width > this.x1;  // would run off the frame
+        c.textAlign = left ? 'right' : 'left';
         c.textBaseline = 'top';
-        c.fillText(label, px + 3, this.y1 + 2 + 13 * row);
+        c.fillText(label, left ? px - 3 : px + 3, this.y1 + 2 + 13 * row);
       }
     }
     readout(format) {
@@ -333,7 +350,8 @@
       const p = new Plot(fig, {height: 200, right: 36});
       const xr = [d.edges[0], d.edges[d.edges.length - 1]];
       const top = Math.max(...d.counts, 1);
-      p.frame(xr, [0, top * 1.08], `ms (${d.count} units)`, 'units');
+      const noun = d.noun || 'units';
+      p.frame(xr, [0, top * 1.08], `ms (${d.count} ${noun})`, noun);
       const c = p.ctx;
       c.fillStyle = KIND[d.kind] || '#1f77b4';
       c.globalAlpha = 0.85;
@@ -351,10 +369,23 @@
       for (const q of [0, 0.5, 1]) c.fillText(fmt(q), p.x1 + 4, p.sy(q * top * 1.08));
       if (d.p50 != null) p.vline(d.p50, '#2ca02c', `p50 ${fmt(d.p50)}`);
       if (d.p99 != null) p.vline(d.p99, '#d62728', `p99 ${fmt(d.p99)}`, 1);
-      legend(fig, [['histogram (units)', KIND[d.kind] || '#1f77b4'], ['CDF (right axis)', '#222']]
+      legend(fig, [[`histogram (${noun})`, KIND[d.kind] || '#1f77b4'], ['CDF (right axis)', '#222']]
         .concat(d.beyond ? [[`${d.beyond} outside the bars' range (in the end bars); p99 `
           + `${fmt(d.p99)} ms, max ${fmt(d.max)} ms`, '#fff']] : []));
-      p.readout((x, y) => `${fmt(x)} ms, ${fmt(y)} units`);
+      p.readout((x, y) => `${fmt(x)} ms, ${fmt(y)} ${noun}`);
+    },
+    blackbox(fig, d) {
+      const lines = [['black box', d.black_box, KIND.end_to_end], ['probed, same units', d.probed,
+        KIND.jitterbuffer], ['unexplained (black box - probed)', d.unexplained, KIND.playout]];
+      const p = new Plot(fig);
+      p.frame(range([d.x]), range(lines.map((l) => l[1]), {zero: true}), d.x_label, 'ms');
+      p.line([p.xr[0], p.xr[1]], [0, 0], '#888', 1);
+      for (const [, y, stroke] of lines) {
+        p.line(d.x, y, stroke, 1);
+        p.points(d.x, y, stroke, 4);
+      }
+      legend(fig, lines.map(([label, , stroke]) => [label, stroke]));
+      p.readout((x, y) => `${fmt(x)} s, ${fmt(y)} ms`);
     },
     composite(fig, d) {
       const names = DATA.points.map((pt) => pt.name);
