@@ -251,3 +251,11 @@ def test_a_damaged_recording_is_one_line_and_the_rest_of_the_run_stays(
     assert "Traceback" not in result.stderr
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("latlab: error:")]
     assert "received.wav: not a readable WAV file" in line
+    html = subprocess.run(
+        [str(REPO / "latlab"), "report", str(copy), "--html"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert html.returncode == 1 and (copy / "report.html").is_file()
+    assert "received.wav: not a readable WAV file" in html.stderr

@@ -184,6 +184,9 @@ def report(
         except ReportError as exc:
             raise _report_input_error(exc) from None
         console.print(f"report: {written}", highlight=False)
+        summary_file = run_dir / "summary.json"
+        if summary_file.is_file():
+            _fail_on_black_box_error(json.loads(summary_file.read_text(encoding="utf-8")))
         return
     if (run_dir / "sweep.json").is_file():
         _report_sweep(run_dir, as_json)
