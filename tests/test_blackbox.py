@@ -158,7 +158,9 @@ def _require_jack() -> None:
 
 
 def test_rig_looped_on_one_jack_server_measures_zero(tmp_path: Path) -> None:
-    """Player and recorder on one server, connected directly: every code in the same cycle."""
+    """Player and recorder on one server, connected directly: every code in the same cycle.
+
+    Each connects to the other (the player plays once the recorder is there)."""
     _require_jack()
     device = Device(name="snd", host="h", server="jack")
     (tmp_path / "logs").mkdir()

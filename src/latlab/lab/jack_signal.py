@@ -143,15 +143,19 @@ def _await_ports(client: Any, pattern: str, **kinds: bool) -> list[Any]:
         time.sleep(0.01)
 
 
-def _connect(client: Any, source: Any, destination: Any) -> None:
-    """Connect two ports; one the other side connected already is fine."""
+def _connect(client: Any, own: Any, other: Any, own_is_source: bool) -> None:
+    """Connect our port and another client's; if that client connected them first, fine."""
     import jack
 
+    pair = (own, other) if own_is_source else (other, own)
     try:
-        client.connect(source, destination)
+        client.connect(*pair)
     except jack.JackError:
-        if not source.is_connected_to(destination):
-            raise
+        deadline = time.monotonic() + 1.0  # the other client's connect may be under way
+        while not own.is_connected_to(other):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 class Rig:
@@ -227,8 +231,7 @@ class Rig:
         kind = {"is_input": True} if self.mode == "inject" else {"is_output": True}
         ports = _await_ports(self.client, f"{self.target}:", **kind)
         for port in ports if self.mode == "inject" else ports[:1]:
-            pair = (self.port, port) if self.mode == "inject" else (port, self.port)
-            _connect(self.client, *pair)
+            _connect(self.client, self.port, port, own_is_source=self.mode == "inject")
         self.running = True
 
     def stop(self) -> None:
