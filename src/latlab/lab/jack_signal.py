@@ -161,13 +161,13 @@ def _connect(client: Any, own: Any, other: Any, own_is_source: bool) -> None:
 class Rig:
     """One JACK client that plays (``inject``) or records (``record``) a mono signal."""
 
-    def __init__(self, mode: str, target: str, seconds: float, signal: np.ndarray | None = None):
-        """``signal`` is what ``inject`` plays; ``record`` keeps up to ``seconds``."""
+    def __init__(self, mode: str, target: str, seconds: float, played: np.ndarray | None = None):
+        """``played`` is what ``inject`` plays; ``record`` keeps up to ``seconds``."""
         self.mode = mode
         self.client = _open_client(f"latlab-{mode}")
         self.rate = int(self.client.samplerate)
         self.samples = (
-            signal if signal is not None else np.zeros(int(seconds * self.rate), np.float32)
+            played if played is not None else np.zeros(int(seconds * self.rate), np.float32)
         )
         self.position = 0
         self.running = False
@@ -201,13 +201,13 @@ class Rig:
                 buffer[:] = 0.0
             return
         log = self.log
-        if log.count >= log.capacity:
-            log.overflowed += 1
+        start = self.position
+        if start >= len(self.samples) or log.count >= log.capacity:
+            log.overflowed += start < len(self.samples)  # a full log, not the end of the file
             if self.mode == "inject":
                 buffer[:] = 0.0
             return
         frame, cycle_us = self.clock.cycle()
-        start = self.position
         i = log.count
         log.position[i], log.frames[i], log.cycle_us[i], log.nframes[i] = (
             start,
@@ -216,7 +216,7 @@ class Rig:
             frames,
         )
         log.count = i + 1
-        n = max(0, min(frames, len(self.samples) - start))
+        n = min(frames, len(self.samples) - start)
         if self.mode == "inject":
             buffer[:n] = self.samples[start : start + n]
             buffer[n:] = 0.0
