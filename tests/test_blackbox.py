@@ -7,13 +7,13 @@ the link must move the black box and the probed end to end by the same amount.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -27,8 +27,8 @@ from latlab.analysis.blackbox import (
     probed_end_to_end,
 )
 from latlab.lab.devices import Devices
-from latlab.lab.runner import run_scenario
 from latlab.lab.scenario import Device, ScenarioError, parse_scenario
+from latlab.lab.sweep import run_sweep
 from latlab.pipeline import analyze_run
 from latlab.signal.commands import GenerateOptions, generate_file
 from latlab.stitch.journeys import Journeys
@@ -195,22 +195,40 @@ def test_rig_looped_on_one_jack_server_measures_zero(tmp_path: Path) -> None:
     assert np.abs(delays.black_box_ns).max() < 5_000  # 5 us: a quarter of a sample
 
 
-def _run(tmp_path: Path, tag: str, delay_ms: float) -> tuple[Path, dict[str, Any]]:
-    text = SCENARIO.read_text(encoding="utf-8").replace(
-        'between = ["tx", "rx"]', f'between = ["tx", "rx"]\ndelay_ms = {delay_ms}', 1
-    )
-    scenario = parse_scenario(text, f"{tag}.toml").with_duration(6)
-    out = tmp_path / tag
-    run_scenario(scenario, out, progress=False)
-    summary, _, _ = analyze_run(out)
-    return out, summary
-
-
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[float, tuple[Path, dict]]:
+    """A two-point sweep of the shipped scenario: link delay 5 ms, then 35 ms."""
     _require_jack()
-    base = tmp_path_factory.mktemp("blackbox")
-    return {delay: _run(base, f"delay{delay:g}", delay) for delay in (5.0, 35.0)}
+    text = SCENARIO.read_text(encoding="utf-8").replace(
+        'between = ["tx", "rx"]', 'between = ["tx", "rx"]\ndelay_ms = "${delay}"', 1
+    )
+    scenario = parse_scenario(text + "\n[sweep]\ndelay = [5, 35]\n", "planted.toml")
+    out = tmp_path_factory.mktemp("blackbox") / "sweep"
+    result = run_sweep(scenario.with_duration(6), out, progress=False)
+    assert not result.failed, result.failed
+    points = {float(p["values"]["delay"]): out / p["dir"] for p in result.sweep["points"]}
+    return {
+        delay: (path, json.loads((path / "summary.json").read_text()))
+        for delay, path in points.items()
+    }
+
+
+def test_sweep_table_shows_the_black_box_per_point(planted: dict) -> None:
+    sweep_dir = next(iter(planted.values()))[0].parents[1]
+    result = subprocess.run(
+        [str(REPO / "latlab"), "report", str(sweep_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert "black box (time-coded signal) per point" in result.stdout
+    sweep = json.loads((sweep_dir / "sweep.json").read_text())
+    for point in sweep["points"]:
+        figures = point["blackbox"]
+        assert figures["codes"]["found"] == figures["codes"]["injected"]
+        assert f"{figures['black_box']['p50_ms']:.2f}" in result.stdout
 
 
 def test_planted_link_delay_moves_black_box_and_probes_alike(planted: dict) -> None:

@@ -171,7 +171,19 @@ def point_figures(
     }
     if summary.get("srt"):
         out["srt"] = summary["srt"]
+    if summary.get("blackbox"):
+        out["blackbox"] = _black_box_figures(summary["blackbox"])
     return out
+
+
+def _black_box_figures(box: Mapping[str, Any]) -> dict[str, Any]:
+    """The black box of a point: codes, and black box / probed / unexplained p50 p99 mean."""
+    if box.get("error"):
+        return {"error": box["error"]}
+    return {
+        "codes": box["codes"],
+        **{key: _pick(box[key]) for key in ("black_box", "probed", "unexplained")},
+    }
 
 
 def _stream_figures(stream: dict[str, Any], analysis: StreamAnalysis) -> dict[str, Any]:

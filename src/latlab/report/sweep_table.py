@@ -162,6 +162,8 @@ def render_sweep(sweep: dict[str, Any], console: Console) -> None:
     console.print(comparison_table(sweep))
     if has_codec_phases(sweep):
         console.print(phase_comparison_table(sweep))
+    if any(point.get("blackbox") for point in sweep.get("points", [])):
+        console.print(black_box_comparison_table(sweep))
     for point in sweep.get("points", []):
         if point["status"] != "ok":
             error = point.get("error") or ""
@@ -257,6 +259,51 @@ def phase_comparison_table(sweep: dict[str, Any]) -> Table:
         "ms, per unit (frame); transport: from the network sink's send to the unit whole at "
         "the receiver; TSBPD: SRT latency + RTT/2 at connection; lost: units that left the "
         "sender and never arrived; late: arrived but did not reach the end; SRT: packets"
+    )
+    table.caption_justify = "left"
+    return table
+
+
+BLACK_BOX_COLUMNS = (
+    ("black box", "black_box"),
+    ("probed", "probed"),
+    ("unexplained", "unexplained"),
+)
+
+
+def black_box_comparison_table(sweep: dict[str, Any]) -> Table:
+    """Per point: codes found, and black box, probed (same units) and unexplained p50/p99."""
+    names = list(sweep.get("sweep", {}).get("variables", {}))
+    table = Table(
+        title="black box (time-coded signal) per point",
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=(0, 1, 0, 0),
+        show_edge=False,
+    )
+    headers = [*names, "codes\nfound"]
+    for label, _ in BLACK_BOX_COLUMNS:
+        headers += [f"{label}\np50", f"{label}\np99"]
+    for header in headers:
+        table.add_column(header, justify="right")
+    for point in sweep.get("points", []):
+        values = [_value(point.get("values", {}).get(n, "")) for n in names]
+        figures = point.get("blackbox")
+        if not figures or figures.get("error"):
+            problem = (figures or {}).get("error") or point["status"]
+            table.add_row(
+                *values, Text(problem, style="red"), *[""] * (len(headers) - len(values) - 1)
+            )
+            continue
+        codes = figures["codes"]
+        row: list[Any] = [*values, f"{codes['found']}/{codes['injected']}"]
+        for _, key in BLACK_BOX_COLUMNS:
+            row += [_ms(figures[key].get("p50_ms")), _ms(figures[key].get("p99_ms"))]
+        table.add_row(*row)
+    table.caption = (
+        "ms, per code; probed: the unit that carried each code; unexplained = black box - probed"
     )
     table.caption_justify = "left"
     return table
