@@ -8,11 +8,13 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
+from latlab.analysis.blackbox import CODES_FILE as BLACKBOX_CODES_FILE
 from latlab.analysis.blackbox import BlackBoxError, black_box_summary
 from latlab.analysis.element_stats import srt_summary, stats_table
-from latlab.analysis.segments import StreamAnalysis, analyze
+from latlab.analysis.segments import StreamAnalysis, analyze, measured_window
 from latlab.ingest.browser_records import read_browser_logs
 from latlab.ingest.events import EventTable, load_run
 from latlab.ingest.link_events import read_link_logs
@@ -68,7 +70,7 @@ def analyze_run(
         summary["resources"] = resources
     if link_logs:
         summary["links"] = [link_summary(log) for log in link_logs]
-    blackbox = _black_box(run_dir, streams, meta)
+    blackbox, blackbox_codes = _black_box(run_dir, streams, meta)
     if blackbox is not None:
         summary["blackbox"] = blackbox
     element_stats = stats_table(table)
@@ -80,16 +82,18 @@ def analyze_run(
         table.write_parquet(run_dir / EVENTS_FILE)
         if element_stats.num_rows:
             pq.write_table(element_stats, run_dir / ELEMENT_STATS_FILE)
+        if blackbox_codes is not None:
+            pq.write_table(blackbox_codes, run_dir / BLACKBOX_CODES_FILE)
     return summary, table, streams
 
 
 def _black_box(
     run_dir: Path, streams: list[StreamAnalysis], meta: dict[str, Any]
-) -> dict[str, Any] | None:
-    """summary.json's ``blackbox`` (a run with ``[signal]``); a file problem as ``error``."""
-    start, end = meta.get("measure_start_monotonic_ns"), meta.get("measure_end_monotonic_ns")
-    window = (int(start), int(end)) if start is not None and end is not None else None
+) -> tuple[dict[str, Any] | None, pa.Table | None]:
+    """summary.json's ``blackbox`` (a run with ``[signal]``; a file problem as ``error``)
+    and the per-code table."""
     try:
-        return black_box_summary(run_dir, [s.journeys for s in streams], window)
+        found = black_box_summary(run_dir, [s.journeys for s in streams], measured_window(meta))
     except BlackBoxError as exc:
-        return {"error": str(exc)}
+        return {"error": str(exc)}, None
+    return found if found is not None else (None, None)

@@ -16,7 +16,7 @@ CLOCK_MONOTONIC). Here:
    that the signal did not spend.
 
 Everything is per code and columnar; the result goes to summary.json (``blackbox``)
-and, per code, to ``blackbox.parquet`` in the run directory.
+and, per code, to ``blackbox.parquet`` in the run directory (written by the pipeline).
 """
 
 from __future__ import annotations
@@ -64,11 +64,11 @@ class RigLog:
     def sample_times(self, positions: np.ndarray) -> np.ndarray:
         """CLOCK_MONOTONIC ns of (fractional) file positions; NaN outside the logged cycles."""
         positions = np.asarray(positions, dtype=np.float64)
-        cycle = np.searchsorted(self.position, positions, side="right") - 1
-        valid = cycle >= 0
-        cycle = np.clip(cycle, 0, max(len(self.position) - 1, 0))
         if len(self.position) == 0:
             return np.full(len(positions), np.nan)
+        cycle = np.searchsorted(self.position, positions, side="right") - 1
+        valid = cycle >= 0
+        cycle = np.clip(cycle, 0, len(self.position) - 1)
         offset = positions - self.position[cycle]
         valid &= offset < self.nframes[cycle]
         times = self.cycle_ns[cycle] + offset * (1e9 / self.rate)
@@ -222,11 +222,12 @@ def _describe(values_ns: np.ndarray) -> dict[str, Any]:
 
 def black_box_summary(
     run_dir: Path, journeys: list[Journeys], window: tuple[int, int] | None
-) -> dict[str, Any] | None:
-    """summary.json's ``blackbox`` for a run with a signal, or None without one.
+) -> tuple[dict[str, Any], pa.Table] | None:
+    """summary.json's ``blackbox`` for a run with a signal and its per-code table (what
+    ``blackbox.parquet`` holds), or None without a signal.
 
-    Codes injected outside the measured ``window`` do not count. Writes the per-code
-    table to ``blackbox.parquet``. Bad signal files: BlackBoxError.
+    Codes injected outside the measured ``window`` do not count. Bad signal files:
+    BlackBoxError.
     """
     signal_dir = run_dir / SIGNAL_DIR
     if not (signal_dir / SENT_WAV).is_file():
@@ -241,8 +242,7 @@ def black_box_summary(
     matched = found & np.isfinite(probed)
     black = delays.black_box_ns
     unexplained = black - probed
-    _write_codes(run_dir / CODES_FILE, delays, probed, counted)
-    return {
+    summary = {
         "method": "time-coded signal through JACK (latlab.timecode/1); per code, "
         "the probed end to end is the unit whose capture window holds its injection",
         "stream": carrier.stream_id if carrier is not None else None,
@@ -257,22 +257,21 @@ def black_box_summary(
         "probed": _describe(np.round(probed[matched]).astype(np.int64)),
         "unexplained": _describe(np.round(unexplained[matched]).astype(np.int64)),
     }
+    return summary, _codes_table(delays, probed, counted)
 
 
-def _write_codes(path: Path, delays: CodeDelays, probed: np.ndarray, counted: np.ndarray) -> None:
-    pq.write_table(
-        pa.table(
-            {
-                "index": delays.index,
-                "in_window": counted,
-                "inject_ns": delays.inject_ns,
-                "record_ns": delays.record_ns,
-                "black_box_ms": delays.black_box_ns / 1e6,
-                "probed_ms": probed / 1e6,
-                "unexplained_ms": (delays.black_box_ns - probed) / 1e6,
-                "confidence": delays.confidence,
-                "inferred": delays.inferred,
-            }
-        ),
-        path,
+def _codes_table(delays: CodeDelays, probed: np.ndarray, counted: np.ndarray) -> pa.Table:
+    """One row per code sent (``blackbox.parquet``)."""
+    return pa.table(
+        {
+            "index": delays.index,
+            "in_window": counted,
+            "inject_ns": delays.inject_ns,
+            "record_ns": delays.record_ns,
+            "black_box_ms": delays.black_box_ns / 1e6,
+            "probed_ms": probed / 1e6,
+            "unexplained_ms": (delays.black_box_ns - probed) / 1e6,
+            "confidence": delays.confidence,
+            "inferred": delays.inferred,
+        }
     )

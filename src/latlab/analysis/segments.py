@@ -87,7 +87,7 @@ def analyze(
     streams = [_analyze_stream(j, cadence()) for j in journeys]
     by_name = {log.process: log for log in browsers}
     steps = schedule_steps(list(links))
-    window = _measured_window(run or {})
+    window = measured_window(run or {})
     for stream in streams:  # a traced peer's stream to or from a browser
         j = stream.journeys
         sender, receiver = (
@@ -125,7 +125,7 @@ def _add_browser_figures(
     stream.functions = function_figures(sender, receiver, window)
 
 
-def _measured_window(run: dict[str, Any]) -> tuple[int, int] | None:
+def measured_window(run: dict[str, Any]) -> tuple[int, int] | None:
     """The run's measured window on CLOCK_MONOTONIC (run.json), if it has one."""
     start, end = run.get("measure_start_monotonic_ns"), run.get("measure_end_monotonic_ns")
     return (int(start), int(end)) if start and end else None

@@ -259,13 +259,9 @@ class _Run:
             raise RunError(str(exc)) from None
 
     def _stop_signal_rig(self) -> None:
-        if self.signal is None:
-            return
-        with signals_deferred() as received:
-            if received:
-                self.signal.kill()
-            else:
-                self.signal.stop()
+        """Stop the player and the recorder (SIGINT: they write their files)."""
+        if self.signal is not None:
+            _stop_in_reverse(self.signal.children)
 
     def _await_call(self, proc: Process) -> None:
         """Once both browsers of ``proc``'s call are started, wait until media flows."""
@@ -418,14 +414,7 @@ class _Run:
     def _stop_all(self) -> None:
         if self.measure_start_ns is not None and self.measure_end_ns is None:
             self.measure_end_ns = time.monotonic_ns()
-        with signals_deferred() as received:
-            for _, child in reversed(self.children):
-                if received:
-                    child.kill_group()
-                else:
-                    child.stop()
-            for _, child in self.children:
-                child.kill_group()
+        _stop_in_reverse([child for _, child in self.children])
 
     def _check_media(self) -> None:
         """RunError naming a traced pipeline through which no buffer passed during the run.
@@ -512,6 +501,19 @@ class _Run:
     def _write_run_json(self) -> None:
         with signals_deferred():
             rundir.write_json(self.out_dir / "run.json", self._run_json())
+
+
+def _stop_in_reverse(children: list[ChildProcess]) -> None:
+    """Stop ``children`` in reverse start order (SIGINT first); after a signal during
+    the stop, kill the rest; then make sure every process group is gone."""
+    with signals_deferred() as received:
+        for child in reversed(children):
+            if received:
+                child.kill_group()
+            else:
+                child.stop()
+        for child in children:
+            child.kill_group()
 
 
 def pushed_buffers(trace_path: Path) -> int | None:

@@ -1,5 +1,6 @@
-"""A run's black-box rig (``[signal]``): generate the time-coded signal, start and stop
-the JACK player and recorder (``latlab.lab.jack_signal``) inside their hosts.
+"""A run's black-box rig (``[signal]``): generate the time-coded signal, start the JACK
+player and recorder (``latlab.lab.jack_signal``) inside their hosts (the runner stops
+its ``children`` like its processes).
 
 The recorder starts first, so that the first codes played are recorded; both start
 once the processes are ready (their JACK ports exist) and stop after the processes, so
@@ -91,15 +92,6 @@ class SignalRigRun:
                     f"signal {mode} rig on host '{host}' not ready after "
                     f"{READY_TIMEOUT_S:g} s: {child.stderr_summary()}"
                 )
-
-    def stop(self) -> None:
-        """Stop the player and the recorder (SIGINT: they write their files)."""
-        for child in reversed(self.children):
-            child.stop()
-
-    def kill(self) -> None:
-        for child in self.children:
-            child.kill_group()
 
     def describe(self) -> dict[str, Any]:
         """For run.json."""

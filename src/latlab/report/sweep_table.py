@@ -65,6 +65,19 @@ def _interval_names(points: list[dict[str, Any]]) -> list[str]:
     return [n for n in INTERVAL_COLUMNS if n in seen]
 
 
+def _sweep_table(title: str, padding: int | tuple[int, int, int, int] = (0, 1, 0, 0)) -> Table:
+    """A sweep comparison table: title on the left, a rule under the headers, no edges."""
+    return Table(
+        title=title,
+        title_justify="left",
+        header_style="bold",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=padding,
+        show_edge=False,
+    )
+
+
 def comparison_table(sweep: dict[str, Any]) -> Table:
     """Per point: its values, end-to-end p50/p99, p50 per segment kind, lost, late (, CPU)."""
     points = sweep.get("points", [])
@@ -79,15 +92,7 @@ def comparison_table(sweep: dict[str, Any]) -> Table:
         f"sweep {sweep.get('name', '')}  ·  {sweep.get('sweep', {}).get('mode', '')}  ·  "
         f"{len(points)} points" + (f", {failed} not ok" if failed else "")
     )
-    table = Table(
-        title=title,
-        title_justify="left",
-        header_style="bold",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        padding=0,
-        show_edge=False,
-    )
+    table = _sweep_table(title, padding=0)
     headers = [*names, *(["stream"] if many_streams else []), "e2e\np50", "e2e\np99"]
     headers += [*(LABELS.get(k, k) for k in kinds), "lost", "late"]
     headers += ["CPU\n%"] if with_cpu else []
@@ -211,15 +216,7 @@ def phase_comparison_table(sweep: dict[str, Any]) -> Table:
     points = sweep.get("points", [])
     names = list(sweep.get("sweep", {}).get("variables", {}))
     many_streams = any(len(p.get("streams", [])) > 1 for p in points)
-    table = Table(
-        title=f"sweep {sweep.get('name', '')}  ·  {len(points)} points",
-        title_justify="left",
-        header_style="bold",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        padding=(0, 1, 0, 0),
-        show_edge=False,
-    )
+    table = _sweep_table(f"sweep {sweep.get('name', '')}  ·  {len(points)} points")
     headers = [*names, *(["stream"] if many_streams else [])]
     for phase in PHASE_COLUMNS:
         headers += [f"{phase}\np50", f"{phase}\np99"] + (["TSBPD"] if phase == "transport" else [])
@@ -274,15 +271,7 @@ BLACK_BOX_COLUMNS = (
 def black_box_comparison_table(sweep: dict[str, Any]) -> Table:
     """Per point: codes found, and black box, probed (same units) and unexplained p50/p99."""
     names = list(sweep.get("sweep", {}).get("variables", {}))
-    table = Table(
-        title="black box (time-coded signal) per point",
-        title_justify="left",
-        header_style="bold",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        padding=(0, 1, 0, 0),
-        show_edge=False,
-    )
+    table = _sweep_table("black box (time-coded signal) per point")
     headers = [*names, "codes\nfound"]
     for label, _ in BLACK_BOX_COLUMNS:
         headers += [f"{label}\np50", f"{label}\np99"]

@@ -8,7 +8,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from latlab.report.blackbox import blackbox_view
+from latlab.report.blackbox import ROWS as BLACK_BOX_ROWS
+from latlab.report.blackbox import estimated_segments
 
 COLUMNS = (
     ("p50", "p50_ms"),
@@ -117,11 +118,15 @@ def interval_table(intervals: dict[str, Any]) -> Table:
 
 
 def _stage_distributions(
-    title: str, counted: str, labels: dict[str, str], figures: dict[str, Any]
+    title: str,
+    counted: str,
+    labels: dict[str, str],
+    figures: dict[str, Any],
+    row_header: str = "stage",
 ) -> Table:
     """One row per stage present in ``figures``: how many values, p50 … mean in ms."""
     table = _titled(title)
-    table.add_column("stage")
+    table.add_column(row_header)
     table.add_column(counted, justify="right")
     for label in ("p50", "p90", "p99", "max", "mean"):
         table.add_column(f"{label} ms", justify="right")
@@ -131,6 +136,32 @@ def _stage_distributions(
             cells = [_ms(f[k]) for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms", "mean_ms")]
             table.add_row(label, str(int(f["count"])), *cells)
     return table
+
+
+def blackbox_view(summary: dict[str, Any]) -> Group:
+    """Black box, probed and unexplained end to end side by side, with the codes' count."""
+    box = summary["blackbox"]
+    if box.get("error"):
+        return Group(Text(f"black box: {box['error']}", style="yellow"))
+    codes = box["codes"]
+    title = (
+        f"black box (time-coded signal): {codes['found']} of {codes['injected']} codes found, "
+        f"{codes['matched_to_units']} matched to probed units"
+    )
+    labels = {key: label for label, key in BLACK_BOX_ROWS}
+    parts: list[Any] = [_stage_distributions(title, "codes", labels, box, row_header="")]
+    estimated = estimated_segments(summary, box.get("stream"))
+    if estimated:
+        parts.append(
+            Text(
+                "the probed end to end includes estimated device time: "
+                + ", ".join(estimated)
+                + "; the black box runs from the capture client's JACK input ports to the "
+                "playout client's output ports (the driver's own latencies are outside it)",
+                style="dim",
+            )
+        )
+    return Group(*parts)
 
 
 FUNCTION_LABELS = {
