@@ -25,6 +25,7 @@ from latlab.analysis.blackbox import (
     code_delays,
     jack_to_monotonic,
     probed_end_to_end,
+    read_rig_log,
 )
 from latlab.lab.devices import Devices
 from latlab.lab.scenario import Device, ScenarioError, parse_scenario
@@ -111,7 +112,8 @@ def _with_signal(table: str) -> str:
         (
             '[signal]\ninject = "nope"\ninject_client = "tx"\nrecord = "snd_rx"\n'
             'record_client = "rx"\n',
-            "signal.inject: unknown device 'nope' (devices: snd_tx, snd_rx)",
+            "signal.inject: unknown device or process 'nope' (JACK devices and GStreamer "
+            "processes: snd_tx, snd_rx, receiver, sender)",
         ),
         ('[signal]\ninject = "snd_tx"\ninject_client = "tx"\n', "signal: missing 'record'"),
         (
@@ -190,7 +192,11 @@ def test_rig_looped_on_one_jack_server_measures_zero(tmp_path: Path) -> None:
         assert recorder.wait(timeout=10) == 0
     finally:
         devices.stop_all()
-    delays = code_delays(signal_dir)
+    delays = code_delays(
+        signal_dir,
+        read_rig_log(signal_dir / "inject.parquet"),
+        read_rig_log(signal_dir / "record.parquet"),
+    )
     assert delays.found.all() and len(delays.index) >= 15
     assert np.abs(delays.black_box_ns).max() < 5_000  # 5 us: a quarter of a sample
 

@@ -70,7 +70,7 @@ def analyze_run(
         summary["resources"] = resources
     if link_logs:
         summary["links"] = [link_summary(log) for log in link_logs]
-    blackbox, blackbox_codes = _black_box(run_dir, streams, meta)
+    blackbox, blackbox_codes = _black_box(run_dir, table, streams, meta)
     if blackbox is not None:
         summary["blackbox"] = blackbox
     element_stats = stats_table(table)
@@ -88,12 +88,13 @@ def analyze_run(
 
 
 def _black_box(
-    run_dir: Path, streams: list[StreamAnalysis], meta: dict[str, Any]
+    run_dir: Path, table: EventTable, streams: list[StreamAnalysis], meta: dict[str, Any]
 ) -> tuple[dict[str, Any] | None, pa.Table | None]:
     """summary.json's ``blackbox`` (a run with ``[signal]``; a file problem as ``error``)
     and the per-code table."""
+    journeys = [s.journeys for s in streams]
     try:
-        found = black_box_summary(run_dir, [s.journeys for s in streams], measured_window(meta))
+        found = black_box_summary(run_dir, journeys, measured_window(meta), table, meta)
     except BlackBoxError as exc:
         return {"error": str(exc)}, None
     return found if found is not None else (None, None)

@@ -1,16 +1,21 @@
 """Black-box end to end from a time-coded signal, set beside the probed end to end.
 
-A run with a ``[signal]`` table plays time-coded audio into the capture device and
-records the playout device (``latlab.lab.jack_signal``); both rigs log, per JACK
-cycle, which file sample the cycle began with and when (JACK's clock, calibrated to
-CLOCK_MONOTONIC). Here:
+A run with a ``[signal]`` table plays time-coded audio in at one end and records it at
+the other (``latlab.lab.signal_rig``). Each end has a timing log: which file sample a
+block of audio began with and when (CLOCK_MONOTONIC). A JACK rig logs every cycle
+(JACK's clock, calibrated to CLOCK_MONOTONIC; ``latlab.lab.jack_signal``); a GStreamer
+end's log comes from the trace: the pushes of ``latlab_signal_in`` (the file played in
+real time, positions from PTS) or the pushes into ``latlab_signal_out`` (positions
+counted from the buffers' sizes, which is what the WAV file holds). Here:
 
 1. each code's instant in the sent file becomes its injection instant, and each code
    decoded in the recording (``latlab.signal.timecode``, sub-sample) its recording
    instant; their difference is the code's **black-box** end to end;
 2. the probed stream whose capture windows hold the injection instants is the one the
    signal went through; a code's **probed** end to end is that of the unit whose
-   capture window holds its injection instant (the unit the probes say carried it);
+   capture window holds its injection instant (the unit the probes say carried it),
+   over the same span as the black box: from the injection probe and to the recording
+   probe where those are on the stream's path (GStreamer ends), else end to end;
 3. **unexplained** = black box - probed: time the probes did not see (device and OS
    buffers not modelled, uninstrumented stages), or, when negative, time they counted
    that the signal did not spend.
@@ -22,6 +27,7 @@ and, per code, to ``blackbox.parquet`` in the run directory (written by the pipe
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +37,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from latlab.analysis.stats import Samples
+from latlab.ingest.events import EventTable, Probe
+from latlab.ingest.trace_format import Kind
 from latlab.signal.errors import SignalError
 from latlab.signal.timecode import decode
 from latlab.signal.wavio import read_wav
@@ -44,6 +52,8 @@ INJECT_LOG = "inject.parquet"
 RECORD_LOG = "record.parquet"
 CODES_FILE = "blackbox.parquet"
 RIG_SCHEMA = "latlab.jack-signal/1"
+SOURCE_ELEMENT = "latlab_signal_in"
+SINK_ELEMENT = "latlab_signal_out"
 
 
 class BlackBoxError(ValueError):
@@ -147,7 +157,7 @@ class CodeDelays:
         return self.record_ns - self.inject_ns
 
 
-def code_delays(signal_dir: Path) -> CodeDelays:
+def code_delays(signal_dir: Path, inject: RigLog, record: RigLog) -> CodeDelays:
     """Join the sent codes and the codes decoded in the recording by index."""
     codes_file = signal_dir / (SENT_WAV + ".codes.json")
     try:
@@ -157,17 +167,17 @@ def code_delays(signal_dir: Path) -> CodeDelays:
         sent_rate = int(codes["sample_rate"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BlackBoxError(f"{codes_file}: cannot read the sent codes ({exc})") from None
-    inject = read_rig_log(signal_dir / INJECT_LOG)
-    record = read_rig_log(signal_dir / RECORD_LOG)
     if sent_rate != inject.rate:
         raise BlackBoxError(
             f"{codes_file}: codes at {sent_rate} Hz, but {inject.path} played at {inject.rate} Hz"
         )
     inject_ns = inject.sample_times(sent_s * sent_rate)
-    try:
-        audio = read_wav(signal_dir / RECEIVED_WAV)
-    except SignalError as exc:
-        raise BlackBoxError(str(exc)) from None
+    audio = _recording(signal_dir)
+    if audio.rate != record.rate:
+        raise BlackBoxError(
+            f"{signal_dir / RECEIVED_WAV}: recorded at {audio.rate} Hz, but its timing "
+            f"({record.path}) is at {record.rate} Hz"
+        )
     found = decode(audio.samples, audio.rate)
     record_at = np.full(len(sent_index), np.nan)
     confidence = np.zeros(len(sent_index))
@@ -181,16 +191,154 @@ def code_delays(signal_dir: Path) -> CodeDelays:
     return CodeDelays(sent_index, inject_ns, record_at, confidence, inferred)
 
 
-def probed_end_to_end(journeys: Journeys, inject_ns: np.ndarray) -> np.ndarray:
-    """Per injection instant, the end to end of the unit whose capture window holds it.
+def _recording(signal_dir: Path) -> Any:
+    try:
+        return read_wav(signal_dir / RECEIVED_WAV)
+    except SignalError as exc:
+        raise BlackBoxError(str(exc)) from None
 
-    NaN where no complete unit's window ``[first probe, first probe + unit)`` holds it.
+
+@dataclass(frozen=True)
+class SignalEnds:
+    """Where a run's signal went in and was recorded (run.json ``signal``).
+
+    ``kind`` is ``"jack"`` (a JACK rig's log file) or ``"gst"`` (``process``'s trace).
+    """
+
+    inject_kind: str
+    inject_process: str
+    record_kind: str
+    record_process: str
+
+    @classmethod
+    def from_run(cls, meta: dict[str, Any]) -> SignalEnds:
+        """From run.json; runs from before GStreamer ends were JACK at both ends."""
+        signal = meta.get("signal") or {}
+        inject, record = signal.get("inject") or {}, signal.get("record") or {}
+        return cls(
+            inject.get("kind", "jack"),
+            inject.get("process", ""),
+            record.get("kind", "jack"),
+            record.get("process", ""),
+        )
+
+
+def rig_logs(
+    run_dir: Path, ends: SignalEnds, table: EventTable | None
+) -> tuple[RigLog, RigLog, tuple[Probe | None, Probe | None]]:
+    """The injection and recording timing logs, and for GStreamer ends their probes."""
+    signal_dir = run_dir / SIGNAL_DIR
+    if ends.inject_kind == "gst":
+        rate = _sent_rate(signal_dir)
+        inject_probe = _signal_probe(table, ends.inject_process, "inject", run_dir)
+        inject = _source_log(table, inject_probe, rate, run_dir)
+    else:
+        inject_probe, inject = None, read_rig_log(signal_dir / INJECT_LOG)
+    if ends.record_kind == "gst":
+        rate = _recording(signal_dir).rate
+        record_probe = _signal_probe(table, ends.record_process, "record", run_dir)
+        record = _sink_log(table, record_probe, rate, run_dir)
+    else:
+        record_probe, record = None, read_rig_log(signal_dir / RECORD_LOG)
+    return inject, record, (inject_probe, record_probe)
+
+
+def _sent_rate(signal_dir: Path) -> int:
+    codes_file = signal_dir / (SENT_WAV + ".codes.json")
+    try:
+        return int(json.loads(codes_file.read_text(encoding="utf-8"))["sample_rate"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise BlackBoxError(f"{codes_file}: cannot read the sent codes ({exc})") from None
+
+
+def _signal_probe(table: EventTable | None, process: str, side: str, run_dir: Path) -> Probe:
+    """The push of ``latlab_signal_in`` (inject) or the push into ``latlab_signal_out``."""
+    for probe in table.probes if table is not None else ():
+        if probe.kind != Kind.PUSH or table.processes[probe.process].name != process:
+            continue
+        if side == "inject" and probe.element == SOURCE_ELEMENT and probe.pad == "src":
+            return probe
+        if side == "record" and probe.peer_element == SINK_ELEMENT:
+            return probe
+    element = SOURCE_ELEMENT if side == "inject" else SINK_ELEMENT
+    raise BlackBoxError(
+        f"{run_dir}: the trace of process '{process}' has no buffers through {element} "
+        f"(the signal's {side} end): did its pipeline start?"
+    )
+
+
+def _source_log(table: Any, probe: Probe, rate: int, run_dir: Path) -> RigLog:
+    """``latlab_signal_in``'s pushes: the file's samples (PTS) as they were played in."""
+    pts = table.probe_column(probe.index, "pts").astype(np.int64)
+    duration = table.probe_column(probe.index, "duration").astype(np.int64)
+    t_ns = table.probe_column(probe.index, "t_ns").astype(np.int64)
+    timed = (pts >= 0) & (duration > 0)
+    order = np.argsort(t_ns[timed], kind="stable")
+    return RigLog(
+        path=run_dir / f"{probe.name} (trace)",
+        rate=rate,
+        position=np.round(pts[timed][order] * (rate / 1e9)).astype(np.int64),
+        cycle_ns=t_ns[timed][order].astype(np.float64),
+        nframes=np.round(duration[timed][order] * (rate / 1e9)).astype(np.int64),
+        xruns=0,
+    )
+
+
+def _sink_log(table: Any, probe: Probe, rate: int, run_dir: Path) -> RigLog:
+    """The pushes into ``latlab_signal_out``: the recording's samples, counted from the
+    buffers' sizes, as they reached the recording branch."""
+    frame_bytes = _frame_bytes(probe.caps)
+    if frame_bytes is None:
+        raise BlackBoxError(
+            f"{run_dir}: {probe.name}: cannot tell the audio frame size from its caps "
+            f"({probe.caps[:80]!r})"
+        )
+    t_ns = table.probe_column(probe.index, "t_ns").astype(np.int64)
+    order = np.argsort(t_ns, kind="stable")
+    frames = table.probe_column(probe.index, "size")[order].astype(np.int64) // frame_bytes
+    return RigLog(
+        path=run_dir / f"{probe.name} (trace)",
+        rate=rate,
+        position=np.cumsum(frames) - frames,
+        cycle_ns=t_ns[order].astype(np.float64),
+        nframes=frames,
+        xruns=0,
+    )
+
+
+_FORMAT_RE = re.compile(r"format=\(string\)([A-Z0-9_]+)")
+_CHANNELS_RE = re.compile(r"channels=\(int\)(\d+)")
+_SAMPLE_BYTES = {"8": 1, "16": 2, "18": 3, "20": 3, "24": 3, "32": 4, "64": 8}
+
+
+def _frame_bytes(caps: str) -> int | None:
+    """Bytes per interleaved frame of raw audio caps (None if not raw audio)."""
+    if not caps.startswith("audio/x-raw"):
+        return None
+    fmt, channels = _FORMAT_RE.search(caps), _CHANNELS_RE.search(caps)
+    if fmt is None or channels is None:
+        return None
+    bits = re.match(r"[SUF](\d+)(_32)?", fmt.group(1))
+    if bits is None or bits.group(1) not in _SAMPLE_BYTES:
+        return None
+    width = 4 if bits.group(2) else _SAMPLE_BYTES[bits.group(1)]
+    return width * int(channels.group(1))
+
+
+def probed_end_to_end(
+    journeys: Journeys, inject_ns: np.ndarray, span: tuple[int, int] = (0, -1)
+) -> np.ndarray:
+    """Per injection instant, the probed time of the unit whose capture window holds it.
+
+    The time runs from probe column ``span[0]`` to ``span[1]`` (by default, end to end)
+    and the window is ``[time at span[0], + unit)``. NaN where no complete unit's
+    window holds the instant.
     """
     complete = journeys.complete
-    start = journeys.times[complete, 0]
-    end_to_end = (journeys.times[complete, -1] - start).astype(np.float64)
+    start = journeys.times[complete, span[0]]
+    probed = (journeys.times[complete, span[1]] - start).astype(np.float64)
     order = np.argsort(start, kind="stable")
-    start, end_to_end = start[order], end_to_end[order]
+    start, probed = start[order], probed[order]
     out = np.full(len(inject_ns), np.nan)
     if len(start) == 0:
         return out
@@ -199,19 +347,46 @@ def probed_end_to_end(journeys: Journeys, inject_ns: np.ndarray) -> np.ndarray:
     inside = finite & (at >= 0)
     at = np.clip(at, 0, len(start) - 1)
     inside &= np.where(finite, inject_ns, 0) - start[at] < journeys.unit_ns
-    out[inside] = end_to_end[at[inside]]
+    out[inside] = probed[at[inside]]
     return out
 
 
-def _carrier(journeys: list[Journeys], inject_ns: np.ndarray) -> tuple[Journeys | None, np.ndarray]:
-    """The stream whose capture windows hold the most injection instants, and its figures."""
-    best: tuple[Journeys | None, np.ndarray] = (None, np.full(len(inject_ns), np.nan))
+def probed_span(journeys: Journeys, probes: tuple[Probe | None, Probe | None]) -> tuple[int, int]:
+    """The probe columns the black box spans: the injection probe (else the first) to the
+    recording point (else the last): the probe of the element that pushed into the
+    recording branch on this path (a tee's other branch is the same instant)."""
+    inject, record = probes
+    names = journeys.probe_names
+    first = names.index(inject.name) if inject is not None and inject.name in names else 0
+    last = len(names) - 1
+    if record is not None:
+        process = record.name.split("/", 1)[0]
+        prefix = f"{process}/{record.element}:"
+        at = [i for i, name in enumerate(names) if name.startswith(prefix) and i > first]
+        last = at[0] if at else last
+    return first, last
+
+
+def _carrier(
+    journeys: list[Journeys],
+    inject_ns: np.ndarray,
+    probes: tuple[Probe | None, Probe | None] = (None, None),
+) -> tuple[Journeys | None, np.ndarray, tuple[int, int]]:
+    """The stream whose capture windows hold the most injection instants, its figures
+    and the span they cover. A stream that plays out is preferred over the one into the
+    recording branch (the same time, but the branch is latlab's)."""
+    best: tuple[Journeys | None, np.ndarray, tuple[int, int]] = (
+        None, np.full(len(inject_ns), np.nan), (0, -1)
+    )  # fmt: skip
+    best_key = (0, False)
     for j in journeys:
         if j.media != "audio" or not len(j.times) or (j.times[:, 0] == MISSING).all():
             continue
-        probed = probed_end_to_end(j, inject_ns)
-        if np.isfinite(probed).sum() > np.isfinite(best[1]).sum():
-            best = (j, probed)
+        span = probed_span(j, probes)
+        probed = probed_end_to_end(j, inject_ns, span)
+        key = (int(np.isfinite(probed).sum()), not any(SINK_ELEMENT in n for n in j.probe_names))
+        if key > best_key:
+            best, best_key = (j, probed, span), key
     return best
 
 
@@ -221,31 +396,40 @@ def _describe(values_ns: np.ndarray) -> dict[str, Any]:
 
 
 def black_box_summary(
-    run_dir: Path, journeys: list[Journeys], window: tuple[int, int] | None
+    run_dir: Path,
+    journeys: list[Journeys],
+    window: tuple[int, int] | None,
+    table: EventTable | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], pa.Table] | None:
     """summary.json's ``blackbox`` for a run with a signal and its per-code table (what
     ``blackbox.parquet`` holds), or None without a signal.
 
-    Codes injected outside the measured ``window`` do not count. Bad signal files:
-    BlackBoxError.
+    ``table`` (the run's events) times GStreamer ends; ``meta`` (run.json) says which
+    ends are which. Codes injected outside the measured ``window`` do not count. Bad
+    signal files: BlackBoxError.
     """
     signal_dir = run_dir / SIGNAL_DIR
     if not (signal_dir / SENT_WAV).is_file():
         return None
-    delays = code_delays(signal_dir)
+    ends = SignalEnds.from_run(meta or {})
+    inject, record, probes = rig_logs(run_dir, ends, table)
+    delays = code_delays(signal_dir, inject, record)
     inject_ns = delays.inject_ns
     counted = np.isfinite(inject_ns)
     if window is not None:
         counted &= (inject_ns >= window[0]) & (inject_ns < window[1])
-    carrier, probed = _carrier(journeys, np.where(counted, inject_ns, np.nan))
+    carrier, probed, span = _carrier(journeys, np.where(counted, inject_ns, np.nan), probes)
     found = delays.found & counted
     matched = found & np.isfinite(probed)
     black = delays.black_box_ns
     unexplained = black - probed
     summary = {
-        "method": "time-coded signal through JACK (latlab.timecode/1); per code, "
-        "the probed end to end is the unit whose capture window holds its injection",
+        "method": f"time-coded signal (latlab.timecode/1), in through {_end_text(ends, 'inject')}"
+        f", recorded at {_end_text(ends, 'record')}; per code, the probed time is that of "
+        "the unit whose capture window holds its injection, over the same span",
         "stream": carrier.stream_id if carrier is not None else None,
+        "span": _span_names(carrier, span),
         "codes": {
             "injected": int(counted.sum()),
             "found": int(found.sum()),
@@ -258,6 +442,22 @@ def black_box_summary(
         "unexplained": _describe(np.round(unexplained[matched]).astype(np.int64)),
     }
     return summary, _codes_table(delays, probed, counted)
+
+
+def _end_text(ends: SignalEnds, side: str) -> str:
+    if side == "inject":
+        kind, process, element = ends.inject_kind, ends.inject_process, SOURCE_ELEMENT
+    else:
+        kind, process, element = ends.record_kind, ends.record_process, SINK_ELEMENT
+    return "a JACK device" if kind == "jack" else f"{process}'s {element}"
+
+
+def _span_names(carrier: Journeys | None, span: tuple[int, int]) -> dict[str, str] | None:
+    """The probes the probed figure runs between (summary.json ``blackbox.span``)."""
+    if carrier is None:
+        return None
+    names = carrier.probe_names
+    return {"from": names[span[0]], "to": names[span[1]]}
 
 
 def _codes_table(delays: CodeDelays, probed: np.ndarray, counted: np.ndarray) -> pa.Table:

@@ -59,6 +59,11 @@ class Probe:
         return self.kind == Kind.DONE
 
     @property
+    def element_pulls(self) -> bool:
+        """True when the probe's element pulls its input (nothing upstream pushes)."""
+        return bool(self.pad_flags & PadFlag.ELEMENT_PULLS) and not self.is_render
+
+    @property
     def element_is_source(self) -> bool:
         """True when the probe's element is a source element."""
         return bool(self.pad_flags & PadFlag.ELEMENT_IS_SOURCE) and not self.is_render

@@ -93,6 +93,7 @@ class PadFlag:
     GHOST_OR_PROXY = 4
     ELEMENT_IS_SOURCE = 8
     ELEMENT_IS_SINK = 16
+    ELEMENT_PULLS = 32  # a sink pad of the element is in pull mode (wavparse after filesrc)
 
 
 class ClockFlag:

@@ -200,6 +200,7 @@ class _Run:
         self.sampler.start()
         try:
             self._start_devices()
+            self._prepare_signal()
             self._start_all()
             self._wait_duration()
             self.status = "ok"
@@ -245,13 +246,22 @@ class _Run:
         self._start_signal_rig()
         self.measure_start_ns = time.monotonic_ns()
 
+    def _prepare_signal(self) -> None:
+        """Write the time-coded signal (``[signal]``) before the processes that play it start."""
+        if self.signal is None:
+            return
+        try:
+            self.signal.prepare()
+        except RigStartError as exc:
+            raise RunError(str(exc)) from None
+
     def _start_signal_rig(self) -> None:
-        """Play the time-coded signal into its device and record the other (``[signal]``)."""
+        """Start the JACK player and recorder of ``[signal]`` (GStreamer ends run in their
+        processes)."""
         if self.signal is None:
             return
         assert self.lab is not None
         try:
-            self.signal.prepare()
             self.signal.start(
                 self.lab.exec_argv, lambda host: {**os.environ, **self.devices.env_for(host)}
             )
@@ -301,7 +311,8 @@ class _Run:
             if proc.command:
                 argv = command_argv(self.scenario.resolved_command(proc, addrs))
             else:
-                argv = gst_launch_argv(self.scenario.resolved_pipeline(proc, addrs))
+                signal_refs = self.signal.pipeline_refs() if self.signal else None
+                argv = gst_launch_argv(self.scenario.resolved_pipeline(proc, addrs, signal_refs))
         except RunError as exc:
             raise RunError(f"process '{proc.name}': {exc}") from None
         child = ChildProcess(

@@ -112,7 +112,12 @@ HOST_ATTRS = ("addr",)
 DEVICE_KEYS = ("host", "server", "rate", "period_frames", "periods", "channels")
 DEVICE_SERVERS = ("jack", "pulse")
 DEVICE_ATTRS = ("period_us", "buffer_us", "rate", "period_frames", "periods", "channels")
-SIGNAL_KEYS = ("inject", "inject_client", "record", "record_client", "interval_ms", "level_dbfs")
+SIGNAL_KEYS = (
+    "inject", "inject_client", "record", "record_client", "interval_ms", "level_dbfs", "rate",
+)  # fmt: skip
+SIGNAL_REFS = {"inject": "signal.source", "record": "signal.sink"}
+SIGNAL_PLACEHOLDERS = {ref: "identity" for ref in SIGNAL_REFS.values()}
+"""The pipeline fragment a GStreamer end of ``[signal]`` holds (``${signal.source}``...)."""
 
 
 class ScenarioError(ValueError):
@@ -258,22 +263,39 @@ class Device:
 
 
 @dataclass(frozen=True)
-class SignalRig:
-    """A black-box measurement (``[signal]``): time-coded audio played into a device
-    and the playout device recorded (see ``latlab.lab.jack_signal``).
+class SignalEnd:
+    """One end of ``[signal]``: a JACK device (``kind="jack"``, ``client`` is the JACK
+    client whose ports the rig connects to) or a GStreamer process (``kind="gst"``,
+    whose pipeline holds ``${signal.source}`` or ``${signal.sink}``)."""
 
-    ``inject`` and ``record`` name JACK devices; ``inject_client`` is the JACK client
-    whose input ports get the signal (the capture of the system under test, e.g. a
-    ``jackaudiosrc client-name=...``) and ``record_client`` the one whose output ports
-    are recorded. A code every ``interval_ms``, its sync pattern at ``level_dbfs``.
+    kind: str
+    name: str
+    client: str = ""
+
+    def describe(self) -> dict[str, str]:
+        """For run.json."""
+        if self.kind == "jack":
+            return {"kind": "jack", "device": self.name, "client": self.client}
+        return {"kind": "gst", "process": self.name}
+
+
+@dataclass(frozen=True)
+class SignalRig:
+    """A black-box measurement (``[signal]``): time-coded audio played in at ``inject``
+    and recorded at ``record`` (see ``latlab.lab.signal_rig``).
+
+    Each end is a JACK device, played or recorded by latlab's JACK client
+    (``latlab.lab.jack_signal``), or a GStreamer process whose pipeline plays the
+    signal file (``${signal.source}``) or records to a file (``${signal.sink}``, e.g.
+    on a tee). A code every ``interval_ms``, its sync pattern at ``level_dbfs``; the
+    file is written at ``rate`` (the JACK capture device's rate when it injects).
     """
 
-    inject: str
-    inject_client: str
-    record: str
-    record_client: str
+    inject: SignalEnd
+    record: SignalEnd
     interval_ms: float = 200.0
     level_dbfs: float = -20.0
+    rate: int = 48000
 
 
 @dataclass(frozen=True)
@@ -329,16 +351,23 @@ class Scenario:
         sweep = self.sweep.with_template(duration_s=float(duration_s)) if self.sweep else None
         return replace(self, duration_s=float(duration_s), sweep=sweep)
 
-    def resolve(self, text: str, addrs: Mapping[str, str]) -> str:
-        """Substitute ``${hosts.X.addr}`` (from ``addrs``) and ``${params.X}`` in ``text``."""
+    def resolve(
+        self, text: str, addrs: Mapping[str, str], signal: Mapping[str, str] | None = None
+    ) -> str:
+        """Substitute ``${hosts.X.addr}`` (from ``addrs``), ``${params.X}``,
+        ``${devices.X.ATTR}`` and the ``${signal.*}`` fragments (from ``signal``)."""
         devices = {d.name: d.refs() for d in self.devices}
-        return substitute(
-            text, lambda ref: _lookup(ref, self.params, addrs, devices), self.source, ""
-        )
 
-    def resolved_pipeline(self, process: Process, addrs: Mapping[str, str]) -> str:
+        def lookup(ref: str) -> str:
+            return _lookup(ref, self.params, addrs, devices, signal)
+
+        return substitute(text, lookup, self.source, "")
+
+    def resolved_pipeline(
+        self, process: Process, addrs: Mapping[str, str], signal: Mapping[str, str] | None = None
+    ) -> str:
         """The process's pipeline description with every reference substituted."""
-        return self.resolve(process.pipeline, addrs)
+        return self.resolve(process.pipeline, addrs, signal)
 
     def resolved_command(self, process: Process, addrs: Mapping[str, str]) -> list[str]:
         """The process's command argv with every reference substituted in each argument."""
@@ -393,8 +422,17 @@ def _lookup(
     params: Mapping[str, str],
     addrs: Mapping[str, str],
     devices: Mapping[str, Mapping[str, str]] | None = None,
+    signal: Mapping[str, str] | None = None,
 ) -> str:
-    """Value of one reference (KeyError with the problem if it is unknown)."""
+    """Value of one reference (KeyError with the problem if it is unknown).
+
+    ``signal`` holds the ``${signal.source}``/``${signal.sink}`` fragments (a run's
+    files; at parse time a placeholder).
+    """
+    if ref in SIGNAL_REFS.values():
+        if signal is None:
+            raise KeyError(f"'${{{ref}}}' is only known while running a scenario with [signal]")
+        return signal[ref]
     parts = ref.split(".")
     if len(parts) == 3 and parts[0] == "devices" and parts[2] in DEVICE_ATTRS:
         if parts[1] not in (devices or {}):
@@ -412,7 +450,7 @@ def _lookup(
         return addrs[parts[1]]
     raise KeyError(
         f"unknown reference '${{{ref}}}' (known forms: ${{hosts.NAME.addr}}, ${{params.NAME}}, "
-        "${NAME} of a [sweep])"
+        "${devices.NAME.ATTR}, ${signal.source}, ${signal.sink}, ${NAME} of a [sweep])"
     )
 
 
@@ -486,7 +524,8 @@ class _Parser:
         if self.processes_required or "processes" in data:
             processes = self.processes(self.required(data, "processes", ""), names, params)
         calls = self.calls(data.get("calls", {}), processes, links)
-        signal = self.signal(data["signal"], devices) if "signal" in data else None
+        signal = self.signal(data["signal"], devices, processes) if "signal" in data else None
+        self.check_signal_refs(processes, signal)
         return Scenario(
             name=name,
             duration_s=duration,
@@ -849,7 +888,7 @@ class _Parser:
         devices = self.device_refs
 
         def lookup(ref: str) -> str:
-            return _lookup(ref, params, placeholder, devices)
+            return _lookup(ref, params, placeholder, devices, SIGNAL_PLACEHOLDERS)
 
         substitute(text, lookup, self.source, where)
 
@@ -888,33 +927,93 @@ class _Parser:
         numbers = {k: self.bounded_int(table, k, where, *v) for k, v in limits.items()}
         return Device(name=name, host=host, server=server, **numbers)
 
-    def signal(self, value: Any, devices: tuple[Device, ...]) -> SignalRig:
-        """The ``[signal]`` table: which JACK devices and clients the rig connects to."""
+    def signal(
+        self, value: Any, devices: tuple[Device, ...], processes: tuple[Process, ...]
+    ) -> SignalRig:
+        """The ``[signal]`` table: where the signal goes in and where it is recorded."""
         table = self.table(value, "signal", SIGNAL_KEYS)
-        names: dict[str, str] = {}
-        for side in ("inject", "record"):
-            device = self.string(self.required(table, side, "signal"), f"signal.{side}")
-            known = {d.name: d for d in devices}
-            if device not in known:
-                listed = ", ".join(known) or "none"
-                raise self.fail(f"signal.{side}", f"unknown device '{device}' (devices: {listed})")
-            if known[device].server != "jack":
-                raise self.fail(
-                    f"signal.{side}",
-                    f"device '{device}' is a {known[device].server} device; the signal rig "
-                    "plays and records through JACK devices only",
-                )
-            client_key = f"{side}_client"
-            client = self.string(self.required(table, client_key, "signal"), f"signal.{client_key}")
-            self.ident(client, f"signal.{client_key}", ENTITY_RE, ENTITY_RULE)
-            names[side], names[client_key] = device, client
+        ends = {
+            side: self.signal_end(table, side, devices, processes) for side in ("inject", "record")
+        }
         interval = self.positive(table.get("interval_ms", 200.0), "signal.interval_ms")
         if not 100 <= interval <= 2000:
             raise self.fail("signal.interval_ms", f"must be from 100 to 2000, not {interval!r}")
         level = table.get("level_dbfs", -20.0)
         if isinstance(level, bool) or not isinstance(level, int | float) or not -60 <= level <= -3:
             raise self.fail("signal.level_dbfs", f"must be from -60 to -3, not {level!r}")
-        return SignalRig(**names, interval_ms=float(interval), level_dbfs=float(level))
+        inject_device = next((d for d in devices if d.name == ends["inject"].name), None)
+        if inject_device is not None and ends["inject"].kind == "jack":
+            if "rate" in table and table["rate"] != inject_device.rate:
+                raise self.fail(
+                    "signal.rate",
+                    f"the signal plays at device '{inject_device.name}''s rate "
+                    f"({inject_device.rate} Hz); leave rate out",
+                )
+            rate = inject_device.rate
+        else:
+            rate = self.bounded_int(table, "rate", "signal", 8000, 192000, 48000)
+        return SignalRig(**ends, interval_ms=float(interval), level_dbfs=float(level), rate=rate)
+
+    def signal_end(
+        self,
+        table: dict[str, Any],
+        side: str,
+        devices: tuple[Device, ...],
+        processes: tuple[Process, ...],
+    ) -> SignalEnd:
+        """``inject`` or ``record``: a JACK device (with its client) or a GStreamer process."""
+        name = self.string(self.required(table, side, "signal"), f"signal.{side}")
+        client_key = f"{side}_client"
+        device = next((d for d in devices if d.name == name), None)
+        process = next((p for p in processes if p.name == name), None)
+        if device is None and process is None:
+            known = ", ".join([d.name for d in devices] + [p.name for p in processes]) or "none"
+            raise self.fail(
+                f"signal.{side}",
+                f"unknown device or process '{name}' (JACK devices and GStreamer "
+                f"processes: {known})",
+            )
+        if device is not None:
+            if device.server != "jack":
+                raise self.fail(
+                    f"signal.{side}",
+                    f"device '{name}' is a {device.server} device; the signal rig plays and "
+                    "records through JACK devices or GStreamer pipelines",
+                )
+            client = self.string(self.required(table, client_key, "signal"), f"signal.{client_key}")
+            self.ident(client, f"signal.{client_key}", ENTITY_RE, ENTITY_RULE)
+            return SignalEnd("jack", name, client)
+        assert process is not None
+        ref = SIGNAL_REFS[side]
+        if client_key in table:
+            raise self.fail(
+                f"signal.{client_key}", f"only for a JACK device; '{name}' is a process"
+            )
+        if not process.pipeline or process.pipeline.count("${" + ref + "}") != 1:
+            raise self.fail(
+                f"signal.{side}",
+                f"process '{name}' must be a pipeline holding ${{{ref}}} once (see docs/signal.md)",
+            )
+        return SignalEnd("gst", name)
+
+    def check_signal_refs(self, processes: tuple[Process, ...], signal: SignalRig | None) -> None:
+        """``${signal.source}``/``${signal.sink}`` only in the processes ``[signal]`` names."""
+        named = {}
+        if signal is not None:
+            named = {
+                SIGNAL_REFS[side]: end.name
+                for side, end in (("inject", signal.inject), ("record", signal.record))
+                if end.kind == "gst"
+            }
+        for proc in processes:
+            texts = [proc.pipeline, *proc.command, *proc.env.values()]
+            for ref in SIGNAL_REFS.values():
+                if any("${" + ref + "}" in t for t in texts) and named.get(ref) != proc.name:
+                    side = "inject" if ref == "signal.source" else "record"
+                    raise self.fail(
+                        f"processes.{proc.name}",
+                        f'${{{ref}}} needs [signal] {side} = "{proc.name}"',
+                    )
 
     def bounded_int(
         self, table: dict[str, Any], key: str, where: str, low: int, high: int, default: int
@@ -932,8 +1031,8 @@ class _Parser:
 
 EXACT_REF_RE = re.compile(r"\$\{([^}]*)\}")
 SWEEP_MODES = ("product", "zip")
-# first words of the ${hosts.X.addr} / ${params.X} / ${devices.X.ATTR} forms
-SWEEP_RESERVED = ("hosts", "params", "devices")
+# first words of the ${hosts.X.addr} / ${params.X} / ${devices.X.ATTR} / ${signal.X} forms
+SWEEP_RESERVED = ("hosts", "params", "devices", "signal")
 POINT_UNSAFE_RE = re.compile(r"[^A-Za-z0-9._+-]")
 POINT_NAME_MAX = 120
 

@@ -1,15 +1,21 @@
-"""A run's black-box rig (``[signal]``): generate the time-coded signal, start the JACK
+"""A run's black-box rig (``[signal]``): generate the time-coded signal before the
+processes start, give GStreamer ends their pipeline fragments, and start the JACK
 player and recorder (``latlab.lab.jack_signal``) inside their hosts (the runner stops
 its ``children`` like its processes).
 
-The recorder starts first, so that the first codes played are recorded; both start
-once the processes are ready (their JACK ports exist) and stop after the processes, so
-that codes still in flight when the run ends are recorded too. The files go to
-``signal/`` in the run directory (see ``latlab.analysis.blackbox``).
+A GStreamer end is part of the process under test: ``${signal.source}`` plays the file
+in real time (``identity sync=true`` named ``latlab_signal_in``, 10 ms buffers) and
+``${signal.sink}`` (a branch named ``latlab_signal_out``, e.g. off a tee) writes what
+reaches it to a WAV file; latlab's tracer sees both, so their timing comes from the
+trace. A JACK recorder starts first, so that the first codes played are recorded; both
+JACK rigs start once the processes are ready (their JACK ports exist) and stop after
+the processes, so that codes still in flight when the run ends are recorded too. The
+files go to ``signal/`` in the run directory (see ``latlab.analysis.blackbox``).
 """
 
 from __future__ import annotations
 
+import shlex
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -18,7 +24,7 @@ from typing import Any
 
 from latlab.analysis.blackbox import INJECT_LOG, RECEIVED_WAV, RECORD_LOG, SENT_WAV, SIGNAL_DIR
 from latlab.lab.process import ChildProcess
-from latlab.lab.scenario import Scenario, SignalRig
+from latlab.lab.scenario import Scenario, SignalEnd, SignalRig
 from latlab.signal.commands import GenerateOptions, generate_file
 from latlab.signal.errors import SignalError
 
@@ -26,6 +32,8 @@ LEAD_S = 5.0
 """Signal beyond the scenario's duration: processes take a few seconds to be ready."""
 READY_TIMEOUT_S = 12.0
 RECORD_MARGIN_S = 30.0
+SOURCE_ELEMENT = "latlab_signal_in"
+SINK_ELEMENT = "latlab_signal_out"
 
 ExecArgv = Callable[[str, Sequence[str]], list[str]]
 
@@ -45,17 +53,19 @@ class SignalRigRun:
         self.dir = out_dir / SIGNAL_DIR
         self.exited = exited
         self.children: list[ChildProcess] = []
-        devices = {d.name: d for d in scenario.devices}
-        self.inject_device = devices[rig.inject]
-        self.record_device = devices[rig.record]
 
     def prepare(self) -> None:
-        """Write the signal (``signal/sent.wav`` and its codes) at the capture device's rate."""
+        """Write the signal (``signal/sent.wav`` and its codes); before the processes start.
+
+        A GStreamer source plays it from its pipeline's start and ends the pipeline
+        when it ends, so it lasts past the run's stop.
+        """
         self.dir.mkdir(parents=True, exist_ok=True)
+        margin = RECORD_MARGIN_S if self.rig.inject.kind == "gst" else 0.0
         options = GenerateOptions(
             out=self.dir / SENT_WAV,
-            duration_s=float(self.scenario.duration_s) + LEAD_S,
-            rate=self.inject_device.rate,
+            duration_s=float(self.scenario.duration_s) + LEAD_S + margin,
+            rate=self.rig.rate,
             interval_ms=self.rig.interval_ms,
             level_dbfs=self.rig.level_dbfs,
         )
@@ -64,17 +74,32 @@ class SignalRigRun:
         except SignalError as exc:
             raise RigStartError(f"signal: {exc}") from None
 
+    def pipeline_refs(self) -> dict[str, str]:
+        """The ``${signal.source}`` and ``${signal.sink}`` pipeline fragments."""
+        sent = shlex.quote(str((self.dir / SENT_WAV).resolve()))
+        received = shlex.quote(str((self.dir / RECEIVED_WAV).resolve()))
+        return {
+            "signal.source": f"filesrc location={sent} ! wavparse ! "
+            "audiobuffersplit output-buffer-duration=1/100 ! "
+            f"identity sync=true name={SOURCE_ELEMENT}",
+            "signal.sink": f"queue name={SINK_ELEMENT} ! audioconvert ! wavenc ! "
+            f"filesink location={received}",
+        }
+
     def start(self, exec_argv: ExecArgv, env_for: Callable[[str], Mapping[str, str]]) -> None:
-        """Start the recorder, then the player; each ready once connected to its client."""
+        """Start the JACK recorder, then the JACK player; each ready once connected."""
         record_s = float(self.scenario.duration_s) + LEAD_S + RECORD_MARGIN_S
         sides = (
-            ("record", self.record_device.host, self.rig.record_client, RECEIVED_WAV, RECORD_LOG),
-            ("inject", self.inject_device.host, self.rig.inject_client, SENT_WAV, INJECT_LOG),
+            ("record", self.rig.record, RECEIVED_WAV, RECORD_LOG),
+            ("inject", self.rig.inject, SENT_WAV, INJECT_LOG),
         )
-        for mode, host, client, wav, log in sides:
+        for mode, end, wav, log in sides:
+            if end.kind != "jack":
+                continue
+            host = self._device_host(end)
             argv = [
                 sys.executable, "-m", "latlab.lab.jack_signal", mode,
-                "--client", client, "--wav", str(self.dir / wav), "--log", str(self.dir / log),
+                "--client", end.client, "--wav", str(self.dir / wav), "--log", str(self.dir / log),
                 "--max-s", f"{record_s:g}",
             ]  # fmt: skip
             child = ChildProcess(
@@ -93,13 +118,18 @@ class SignalRigRun:
                     f"{READY_TIMEOUT_S:g} s: {child.stderr_summary()}"
                 )
 
+    def _device_host(self, end: SignalEnd) -> str:
+        return next(d.host for d in self.scenario.devices if d.name == end.name)
+
     def describe(self) -> dict[str, Any]:
         """For run.json."""
         return {
-            "inject": {"device": self.rig.inject, "client": self.rig.inject_client},
-            "record": {"device": self.rig.record, "client": self.rig.record_client},
+            "inject": self.rig.inject.describe(),
+            "record": self.rig.record.describe(),
             "interval_ms": self.rig.interval_ms,
             "level_dbfs": self.rig.level_dbfs,
+            "rate": self.rig.rate,
+            "elements": {"source": SOURCE_ELEMENT, "sink": SINK_ELEMENT},
             "files": f"{SIGNAL_DIR}/",
             "rigs": [
                 {"name": c.name, "stopped": c.stopped, "exit_code": c.exit_code(0.0)}

@@ -6,18 +6,35 @@ from typing import Any
 
 ROWS = (
     ("black box end to end", "black_box"),
-    ("probed end to end, same units", "probed"),
+    ("probed, same units and span", "probed"),
     ("unexplained (black box - probed)", "unexplained"),
 )
 """Row label and summary key of each figure, in the order the reports show them."""
 
 
 def estimated_segments(summary: dict[str, Any], stream_id: str | None) -> list[str]:
-    """The carrier stream's estimated (modelled, not observed) segments, as text."""
+    """The carrier stream's estimated (modelled, not observed) segments within the black
+    box's span, as text."""
+    span = (summary.get("blackbox") or {}).get("span") or {}
     for stream in summary.get("streams", []):
         if stream.get("id") == stream_id:
-            return [_segment_text(seg) for seg in stream["segments"] if seg.get("estimated")]
+            segments = _within(stream["segments"], span)
+            return [_segment_text(seg) for seg in segments if seg.get("estimated")]
     return []
+
+
+def span_text(box: dict[str, Any]) -> str:
+    """Which probes the probed figure runs between, as text ("" when unknown)."""
+    span = box.get("span")
+    return f"probed from {span['from']} to {span['to']}" if span else ""
+
+
+def _within(segments: list[dict[str, Any]], span: dict[str, str]) -> list[dict[str, Any]]:
+    """The segments after ``span['from']`` up to ``span['to']`` (all without a span)."""
+    ends = [seg.get("to") for seg in segments]
+    first = ends.index(span["from"]) + 1 if span.get("from") in ends else 0
+    last = ends.index(span["to"]) + 1 if span.get("to") in ends else len(segments)
+    return segments[first:last]
 
 
 def _segment_text(segment: dict[str, Any]) -> str:

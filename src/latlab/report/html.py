@@ -17,6 +17,7 @@ from typing import Any
 from latlab import __version__
 from latlab.analysis.segments import StreamAnalysis
 from latlab.report.blackbox import ROWS as BLACKBOX_ROWS
+from latlab.report.blackbox import span_text
 from latlab.report.findings import Finding
 from latlab.report.html_composite import composite
 from latlab.report.html_data import CHARTS, MAX_POINTS, run_model, to_json
@@ -180,7 +181,8 @@ def blackbox_section(model: dict[str, Any], box: dict[str, Any]) -> str:
         f"matched to probed units of the carrier stream {stream}. "
         "Unexplained = black box - probed, per code: positive is time the probes did not see, "
         f"negative is time they counted that the signal did not spend.</p>"
-        f"<p><small>{esc(box.get('method', ''))}</small></p>"
+        f"<p><small>{esc(box.get('method', ''))}"
+        f"{'; ' + esc(span_text(box)) if span_text(box) else ''}</small></p>"
     )
     parts = [head, intro, blackbox_table(box)]
     if model["estimated"]:

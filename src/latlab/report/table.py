@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from latlab.report.blackbox import ROWS as BLACK_BOX_ROWS
-from latlab.report.blackbox import estimated_segments
+from latlab.report.blackbox import estimated_segments, span_text
 
 COLUMNS = (
     ("p50", "p50_ms"),
@@ -150,6 +150,8 @@ def blackbox_view(summary: dict[str, Any]) -> Group:
     )
     labels = {key: label for label, key in BLACK_BOX_ROWS}
     parts: list[Any] = [_stage_distributions(title, "codes", labels, box, row_header="")]
+    if span_text(box):
+        parts.append(Text(span_text(box), style="dim"))
     estimated = estimated_segments(summary, box.get("stream"))
     if estimated:
         parts.append(

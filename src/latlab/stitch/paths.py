@@ -158,7 +158,8 @@ class _Via:
 def _is_media_origin(probe: Probe, index: _Index) -> bool:
     return (
         probe.kind == Kind.PUSH
-        and probe.element_is_source
+        # a source, or an element that pulls from one (untraced: pulls are not pushes)
+        and (probe.element_is_source or probe.element_pulls)
         and not probe.pad_flags & PadFlag.GHOST_OR_PROXY  # a bin's pad, not its source's
         # what arrives from a network was made elsewhere
         and "Network" not in probe.klass

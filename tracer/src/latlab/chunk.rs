@@ -122,6 +122,9 @@ pub mod pad_flags {
     pub const GHOST_OR_PROXY: u32 = 4;
     pub const ELEMENT_IS_SOURCE: u32 = 8;
     pub const ELEMENT_IS_SINK: u32 = 16;
+    /// The element pulls its input (a sink pad in pull mode, e.g. `wavparse` after
+    /// `filesrc`): nothing upstream pushes, so its output is where the media starts.
+    pub const ELEMENT_PULLS: u32 = 32;
 }
 
 /// Everything a `CLOCK` chunk says about a pipeline's clock.

@@ -338,6 +338,14 @@ fn flag_if(cond: bool, flag: u32) -> u32 {
     }
 }
 
+/// True when one of `element`'s sink pads runs in pull mode.
+fn pulls_upstream(element: &gst::Element) -> bool {
+    element
+        .sink_pads()
+        .iter()
+        .any(|p| p.mode() == gst::PadMode::Pull)
+}
+
 /// Everything the `PAD` chunk says about `pad`.
 fn describe_pad(rec: &Recorder, pad_id: u32, pad: &gst::Pad) -> PadDesc {
     use chunk::pad_flags::*;
@@ -351,7 +359,8 @@ fn describe_pad(rec: &Recorder, pad_id: u32, pad: &gst::Pad) -> PadDesc {
     if let Some(element) = owning_element(pad) {
         let ef = element.element_flags();
         d.flags |= flag_if(ef.contains(gst::ElementFlags::SOURCE), ELEMENT_IS_SOURCE)
-            | flag_if(ef.contains(gst::ElementFlags::SINK), ELEMENT_IS_SINK);
+            | flag_if(ef.contains(gst::ElementFlags::SINK), ELEMENT_IS_SINK)
+            | flag_if(pulls_upstream(&element), ELEMENT_PULLS);
         d.element = element.name().to_string();
         d.factory = factory_name(&element);
         d.klass = element
