@@ -102,7 +102,8 @@ def test_black_box_and_probes_over_the_same_span_agree(planted: dict) -> None:
         assert codes["injected"] >= 25
         assert codes["found"] == codes["injected"]
         assert codes["matched_to_units"] >= codes["injected"] - 3
-        assert box["span"] == {"from": "sender/latlab_signal_in:src", "to": "receiver/playout:src_0"}
+        span = {"from": "sender/latlab_signal_in:src", "to": "receiver/playout:src_0"}
+        assert box["span"] == span
         # both ends are timed by the trace: only the position of a code inside its unit
         # and the tee's two pushes separate them
         assert abs(box["unexplained"]["p50_ms"]) < 0.05
@@ -117,7 +118,7 @@ def test_planted_link_delay_moves_the_black_box_by_that_much(planted: dict) -> N
 
 
 def test_report_shows_the_span_and_the_recording_is_the_playout(planted: dict) -> None:
-    run_dir, summary = planted[5.0]
+    run_dir, _ = planted[5.0]
     result = subprocess.run(
         [str(REPO / "latlab"), "report", str(run_dir)],
         capture_output=True,
