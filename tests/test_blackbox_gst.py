@@ -37,7 +37,7 @@ def _text() -> str:
     [
         (
             lambda t: t.split("[signal]")[0],
-            "processes.receiver: ${signal.sink} needs [signal] record = \"receiver\"",
+            'processes.receiver: ${signal.sink} needs [signal] record = "receiver"',
         ),
         (
             lambda t: t.replace('record = "receiver"', 'record = "sender"'),
@@ -111,8 +111,9 @@ def test_black_box_and_probes_over_the_same_span_agree(planted: dict) -> None:
 
 
 def test_planted_link_delay_moves_the_black_box_by_that_much(planted: dict) -> None:
-    shift = planted[35.0][1]["blackbox"]["black_box"]["p50_ms"] - (
-        planted[5.0][1]["blackbox"]["black_box"]["p50_ms"]
+    shift = (
+        planted[35.0][1]["blackbox"]["black_box"]["p50_ms"]
+        - (planted[5.0][1]["blackbox"]["black_box"]["p50_ms"])
     )
     assert shift == pytest.approx(30.0, abs=0.3)
 
