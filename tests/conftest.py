@@ -35,6 +35,24 @@ def run_and_analyze(tmp_path: Path) -> RunScenario:
     return run
 
 
+def delay_sweep(
+    text: str, out: Path, delays: tuple[float, ...], duration: float
+) -> dict[float, tuple[Path, dict[str, Any]]]:
+    """Run scenario ``text`` (whose link delay reads ``${delay}``) as a sweep over
+    ``delays``; per delay, the point's run directory and summary.json."""
+    from latlab.lab.sweep import run_sweep
+
+    values = ", ".join(f"{d:g}" for d in delays)
+    scenario = parse_scenario(text + f"\n[sweep]\ndelay = [{values}]\n", "planted.toml")
+    result = run_sweep(scenario.with_duration(duration), out, progress=False)
+    assert not result.failed, result.failed
+    points = {float(p["values"]["delay"]): out / p["dir"] for p in result.sweep["points"]}
+    return {
+        delay: (path, json.loads((path / "summary.json").read_text()))
+        for delay, path in points.items()
+    }
+
+
 def segment(summary: dict[str, Any], to_probe_suffix: str, stream: int = 0) -> dict[str, Any]:
     """The segment of a stream that ends at the probe whose name ends with the suffix."""
     matches = [

@@ -29,12 +29,12 @@ from latlab.analysis.blackbox import (
 )
 from latlab.lab.devices import Devices
 from latlab.lab.scenario import Device, ScenarioError, parse_scenario
-from latlab.lab.sweep import run_sweep
 from latlab.pipeline import analyze_run
 from latlab.signal.commands import GenerateOptions, generate_file
 from latlab.stitch.journeys import Journeys
 from latlab.stitch.paths import StreamPath
 from latlab.stitch.position import MISSING
+from tests.conftest import delay_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "l16-jack-blackbox.toml"
@@ -112,8 +112,8 @@ def _with_signal(table: str) -> str:
         (
             '[signal]\ninject = "nope"\ninject_client = "tx"\nrecord = "snd_rx"\n'
             'record_client = "rx"\n',
-            "signal.inject: unknown device or process 'nope' (JACK devices and GStreamer "
-            "processes: snd_tx, snd_rx, receiver, sender)",
+            "signal.inject: unknown device or process 'nope' (JACK devices, GStreamer pipelines "
+            "and browsers: snd_tx, snd_rx, receiver, sender)",
         ),
         ('[signal]\ninject = "snd_tx"\ninject_client = "tx"\n', "signal: missing 'record'"),
         (
@@ -208,15 +208,7 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[float, tuple[Path,
     text = SCENARIO.read_text(encoding="utf-8").replace(
         'between = ["tx", "rx"]', 'between = ["tx", "rx"]\ndelay_ms = "${delay}"', 1
     )
-    scenario = parse_scenario(text + "\n[sweep]\ndelay = [5, 35]\n", "planted.toml")
-    out = tmp_path_factory.mktemp("blackbox") / "sweep"
-    result = run_sweep(scenario.with_duration(6), out, progress=False)
-    assert not result.failed, result.failed
-    points = {float(p["values"]["delay"]): out / p["dir"] for p in result.sweep["points"]}
-    return {
-        delay: (path, json.loads((path / "summary.json").read_text()))
-        for delay, path in points.items()
-    }
+    return delay_sweep(text, tmp_path_factory.mktemp("blackbox") / "sweep", (5, 35), 6)
 
 
 def test_sweep_table_shows_the_black_box_per_point(planted: dict) -> None:

@@ -18,8 +18,8 @@ import pytest
 
 from latlab.analysis.blackbox import RECEIVED_WAV, SIGNAL_DIR, _frame_bytes
 from latlab.lab.scenario import ScenarioError, parse_scenario
-from latlab.lab.sweep import run_sweep
 from latlab.pipeline import analyze_run
+from tests.conftest import delay_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "l16-gst-blackbox.toml"
@@ -84,15 +84,7 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[float, tuple[Path,
     text = _text().replace(
         'between = ["tx", "rx"]', 'between = ["tx", "rx"]\ndelay_ms = "${delay}"', 1
     )
-    scenario = parse_scenario(text + "\n[sweep]\ndelay = [5, 35]\n", "planted.toml")
-    out = tmp_path_factory.mktemp("blackbox-gst") / "sweep"
-    result = run_sweep(scenario.with_duration(6), out, progress=False)
-    assert not result.failed, result.failed
-    points = {float(p["values"]["delay"]): out / p["dir"] for p in result.sweep["points"]}
-    return {
-        delay: (path, json.loads((path / "summary.json").read_text()))
-        for delay, path in points.items()
-    }
+    return delay_sweep(text, tmp_path_factory.mktemp("blackbox-gst") / "sweep", (5, 35), 6)
 
 
 def test_black_box_and_probes_over_the_same_span_agree(planted: dict) -> None:

@@ -361,7 +361,7 @@ def test_black_box_section_of_a_real_run_renders(
     section = page["sections"]["blackbox"]
     assert section.startswith("Black box vs probes")
     for label, key in (("black box end to end", "black_box"),
-                       ("probed end to end, same units", "probed"),
+                       ("probed, same units and span", "probed"),
                        ("unexplained (black box - probed)", "unexplained")):  # fmt: skip
         stats = box[key]
         row = next(line for line in section.splitlines() if line.startswith(label))

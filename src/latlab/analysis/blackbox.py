@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from latlab.analysis.stats import Samples
+from latlab.ingest.browser_signal import TIMING_SCHEMA
 from latlab.ingest.events import EventTable, Probe
 from latlab.ingest.trace_format import Kind
 from latlab.signal.errors import SignalError
@@ -115,7 +116,8 @@ def _tightest(pairs: list[list[int]]) -> tuple[float, float]:
 
 
 def read_rig_log(path: Path) -> RigLog:
-    """A rig's timing log; a missing, truncated or foreign file: BlackBoxError."""
+    """A timing log: a JACK rig's, or a browser end's (``latlab.ingest.browser_signal``);
+    a missing, truncated or foreign file: BlackBoxError."""
     if not path.is_file():
         raise BlackBoxError(f"{path}: no such file (did the signal rig start?)")
     try:
@@ -123,11 +125,14 @@ def read_rig_log(path: Path) -> RigLog:
         meta = json.loads((table.schema.metadata or {}).get(b"latlab", b"{}"))
     except (pa.ArrowInvalid, OSError, ValueError) as exc:
         raise BlackBoxError(f"{path}: not a readable rig log ({exc})") from None
-    if meta.get("schema") != RIG_SCHEMA:
+    if meta.get("schema") == TIMING_SCHEMA:
+        cycle_ns = table.column("time_ns").to_numpy().astype(np.float64)
+    elif meta.get("schema") == RIG_SCHEMA:
+        cycle_ns = jack_to_monotonic(
+            table.column("cycle_us").to_numpy(), meta["calibration_start"], meta["calibration_end"]
+        )
+    else:
         raise BlackBoxError(f"{path}: not a latlab signal rig log (schema {meta.get('schema')!r})")
-    cycle_ns = jack_to_monotonic(
-        table.column("cycle_us").to_numpy(), meta["calibration_start"], meta["calibration_end"]
-    )
     return RigLog(
         path=path,
         rate=int(meta["rate"]),
@@ -412,6 +417,7 @@ def black_box_summary(
     signal_dir = run_dir / SIGNAL_DIR
     if not (signal_dir / SENT_WAV).is_file():
         return None
+    _sent_rate(signal_dir)  # the sent codes first: without them nothing else matters
     ends = SignalEnds.from_run(meta or {})
     inject, record, probes = rig_logs(run_dir, ends, table)
     delays = code_delays(signal_dir, inject, record)
@@ -449,6 +455,9 @@ def _end_text(ends: SignalEnds, side: str) -> str:
         kind, process, element = ends.inject_kind, ends.inject_process, SOURCE_ELEMENT
     else:
         kind, process, element = ends.record_kind, ends.record_process, SINK_ELEMENT
+    if kind == "browser":
+        what = "fake capture file" if side == "inject" else "AudioWorklet tap on the remote track"
+        return f"{process}'s {what}"
     return "a JACK device" if kind == "jack" else f"{process}'s {element}"
 
 

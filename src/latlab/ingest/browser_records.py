@@ -79,11 +79,11 @@ def read_browser_logs(run_dir: Path) -> list[BrowserLog]:
 
 def read_browser_log(path: Path) -> BrowserLog:
     """Read one browser's records; a damaged line is reported and skipped, never fatal."""
-    lines, problems = _parse_lines(path)
+    lines, problems = parse_lines(path)
     by_type: dict[str, list[dict[str, Any]]] = {}
     for line in lines:
         by_type.setdefault(str(line.get("type")), []).append(line)
-    offset = _clock_offset(by_type.get("clock", []))
+    offset = clock_offset(by_type.get("clock", []))
     if offset is None:
         raise TraceError(f"{path}: no clock pings, so its times cannot be placed")
     log = BrowserLog(path.stem, path, offset, _frames(by_type.get("frame", []), offset))
@@ -106,7 +106,8 @@ def read_browser_log(path: Path) -> BrowserLog:
     return log
 
 
-def _parse_lines(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+def parse_lines(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """A records file's JSON objects, and a problem line per line that is not one."""
     lines, problems = [], []
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -125,7 +126,7 @@ def _parse_lines(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     return lines, problems
 
 
-def _clock_offset(pings: list[dict[str, Any]]) -> int | None:
+def clock_offset(pings: list[dict[str, Any]]) -> int | None:
     """Median of (server monotonic at the page's receipt) - page time, in ns."""
     offsets = [
         ping["srv_monotonic_ns"] + ping.get("rtt_ms", 0.0) * 1e6 / 2 - ping["page_ms"] * 1e6

@@ -285,6 +285,13 @@ class BrowserLab:
         self.cpu_at_stop: dict[str, float] = {}
         self.states_at_stop: dict[str, dict[str, str]] = {}
         self.version: str | None = None
+        self.captures: dict[str, Path] = {}  # browser -> the file it captures instead
+        self.recorders: set[str] = set()  # browsers that record their remote audio
+
+    def use_signal(self, captures: dict[str, Path], recorders: set[str]) -> None:
+        """The black box's browser ends (``[signal]``): who captures the signal file, who
+        records what it receives; before the browsers start."""
+        self.captures, self.recorders = dict(captures), set(recorders)
 
     @property
     def active(self) -> bool:
@@ -299,7 +306,7 @@ class BrowserLab:
             if self.browsers:
                 self.records_dir.mkdir(parents=True, exist_ok=True)
                 self.version = chromium_version()
-            if any(p.audio_file is None for p in self.browsers):
+            if any(p.audio_file is None and p.name not in self.captures for p in self.browsers):
                 self.default_audio = generate_tone(self.records_dir / DEFAULT_AUDIO)
             self._network()
             self._start_server()
@@ -416,10 +423,14 @@ class BrowserLab:
             "apm": "1" if proc.audio_processing else "0",
             "ice": self.link_addr(proc),
         }
+        if proc.name in self.recorders:
+            query["record"] = "1"
         return f"{self.server_url(proc.host)}/?{urlencode(query)}"
 
     def audio_file(self, proc: Process) -> Path:
         """The WAV file ``proc`` captures."""
+        if proc.name in self.captures:
+            return self.captures[proc.name]
         if proc.audio_file is not None:
             return Path(proc.audio_file)
         assert self.default_audio is not None

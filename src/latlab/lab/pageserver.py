@@ -38,7 +38,9 @@ HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin",
     "Cross-Origin-Embedder-Policy": "require-corp",
 }
-RECORD_TYPES = ("hello", "stats", "sync", "tap", "console", "state", "media")
+RECORD_TYPES = (
+    "hello", "stats", "sync", "tap", "console", "state", "media", "signal_audio", "output_ts",
+)  # fmt: skip
 
 
 def say(line: str) -> None:

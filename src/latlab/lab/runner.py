@@ -181,11 +181,14 @@ class _Run:
                 ) as lab:
                     self.lab = lab
                     self.browsers = BrowserLab(self.scenario, lab, self.out_dir, self.exited)
+                    if self.signal is not None:
+                        self.browsers.use_signal(*self.signal.browser_ends())
                     try:
                         with self.browsers:
                             self._run_processes()
                     except (BrowserError, LabError) as exc:
                         raise RunError(str(exc)) from None
+                    self._collect_signal()
                 self._check_media()
             except BaseException as exc:
                 self._record_failure(exc)
@@ -265,6 +268,15 @@ class _Run:
             self.signal.start(
                 self.lab.exec_argv, lambda host: {**os.environ, **self.devices.env_for(host)}
             )
+        except RigStartError as exc:
+            raise RunError(str(exc)) from None
+
+    def _collect_signal(self) -> None:
+        """The black box's browser ends, once the browsers have written everything."""
+        if self.signal is None or self.browsers is None:
+            return
+        try:
+            self.signal.collect(self.browsers.records_dir)
         except RigStartError as exc:
             raise RunError(str(exc)) from None
 

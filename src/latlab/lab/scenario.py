@@ -265,8 +265,9 @@ class Device:
 @dataclass(frozen=True)
 class SignalEnd:
     """One end of ``[signal]``: a JACK device (``kind="jack"``, ``client`` is the JACK
-    client whose ports the rig connects to) or a GStreamer process (``kind="gst"``,
-    whose pipeline holds ``${signal.source}`` or ``${signal.sink}``)."""
+    client whose ports the rig connects to), a GStreamer process (``kind="gst"``, whose
+    pipeline holds ``${signal.source}`` or ``${signal.sink}``) or a browser
+    (``kind="browser"``: it captures the signal file, or records its remote audio)."""
 
     kind: str
     name: str
@@ -276,7 +277,7 @@ class SignalEnd:
         """For run.json."""
         if self.kind == "jack":
             return {"kind": "jack", "device": self.name, "client": self.client}
-        return {"kind": "gst", "process": self.name}
+        return {"kind": self.kind, "process": self.name}
 
 
 @dataclass(frozen=True)
@@ -970,8 +971,8 @@ class _Parser:
             known = ", ".join([d.name for d in devices] + [p.name for p in processes]) or "none"
             raise self.fail(
                 f"signal.{side}",
-                f"unknown device or process '{name}' (JACK devices and GStreamer "
-                f"processes: {known})",
+                f"unknown device or process '{name}' (JACK devices, GStreamer pipelines "
+                f"and browsers: {known})",
             )
         if device is not None:
             if device.server != "jack":
@@ -989,6 +990,13 @@ class _Parser:
             raise self.fail(
                 f"signal.{client_key}", f"only for a JACK device; '{name}' is a process"
             )
+        if process.browser:
+            if side == "inject" and process.audio_file is not None:
+                raise self.fail(
+                    f"processes.{name}.audio_file",
+                    "the browser captures the signal ([signal] inject); leave audio_file out",
+                )
+            return SignalEnd("browser", name)
         if not process.pipeline or process.pipeline.count("${" + ref + "}") != 1:
             raise self.fail(
                 f"signal.{side}",

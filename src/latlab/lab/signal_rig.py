@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from latlab.analysis.blackbox import INJECT_LOG, RECEIVED_WAV, RECORD_LOG, SENT_WAV, SIGNAL_DIR
+from latlab.ingest.browser_signal import BrowserSignalError, capture_timing, write_recording
+from latlab.ingest.chrome_trace import find_chrome_trace, read_chrome_trace
+from latlab.ingest.trace_reader import TraceError
 from latlab.lab.process import ChildProcess
 from latlab.lab.scenario import Scenario, SignalEnd, SignalRig
 from latlab.signal.commands import GenerateOptions, generate_file
@@ -117,6 +120,33 @@ class SignalRigRun:
                     f"signal {mode} rig on host '{host}' not ready after "
                     f"{READY_TIMEOUT_S:g} s: {child.stderr_summary()}"
                 )
+
+    def browser_ends(self) -> tuple[dict[str, Path], set[str]]:
+        """For ``BrowserLab.use_signal``: the browser that captures the signal file, and
+        the one that records its remote audio."""
+        captures = (
+            {self.rig.inject.name: self.dir / SENT_WAV} if self.rig.inject.kind == "browser" else {}
+        )
+        recorders = {self.rig.record.name} if self.rig.record.kind == "browser" else set()
+        return captures, recorders
+
+    def collect(self, records_dir: Path) -> None:
+        """After the browsers stopped: the browser ends' timing logs (and the recording).
+
+        RigStartError names the file and the problem (the run's records stay)."""
+        try:
+            if self.rig.inject.kind == "browser":
+                name = self.rig.inject.name
+                trace = find_chrome_trace(records_dir, name)
+                if trace is None:
+                    raise BrowserSignalError(f"{records_dir}: no Chromium trace of '{name}'")
+                slices = read_chrome_trace(trace)
+                capture_timing(slices, self.rig.rate, trace, self.dir / INJECT_LOG)
+            if self.rig.record.kind == "browser":
+                records = records_dir / f"{self.rig.record.name}.jsonl"
+                write_recording(records, self.dir / RECEIVED_WAV, self.dir / RECORD_LOG)
+        except (BrowserSignalError, TraceError) as exc:
+            raise RigStartError(f"signal: {exc}") from None
 
     def _device_host(self, end: SignalEnd) -> str:
         return next(d.host for d in self.scenario.devices if d.name == end.name)

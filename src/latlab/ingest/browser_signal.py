@@ -1,0 +1,153 @@
+"""The black box's browser ends: timing logs (and the recording) from what Chromium and
+latlab's page left behind.
+
+* **Capture** (``[signal] inject`` is a browser): Chromium's fake capture device reads
+  the signal file; each call of ``AudioInputDevice::AudioThreadCallback::Process`` in
+  the browser's own trace hands over the file's next period (10 ms). The k-th call
+  therefore began with file sample ``k * period``, at the call's start.
+* **Recording** (``[signal] record`` is a browser): the page's AudioWorklet tap on the
+  remote track sends every sample as ``signal_audio`` records (16-bit, base64, with
+  the AudioContext frame of the first sample), and with each an ``output_ts`` record:
+  ``AudioContext.getOutputTimestamp()``, which context time the output device was
+  playing out at which page time. Position ``p`` of the recording is context frame
+  ``first + p``, played out at the page time a least-squares line through the
+  ``output_ts`` pairs gives it, on CLOCK_MONOTONIC through the page's clock pings.
+
+Both become a timing log (``TIMING_SCHEMA``: position, time_ns, nframes), read by
+``latlab.analysis.blackbox.read_rig_log``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from latlab.ingest.browser_records import clock_offset, parse_lines
+from latlab.ingest.chrome_trace import ChromeSlices
+from latlab.signal.wavio import write_wav
+
+TIMING_SCHEMA = "latlab.signal-timing/1"
+CAPTURE_FUNCTION = "AudioInputDevice::AudioThreadCallback::Process"
+CAPTURE_PERIOD_S = 0.01
+MAX_GAP_S = 5.0
+
+
+class BrowserSignalError(ValueError):
+    """A browser end's records cannot be used; ``str()`` names the file and the problem."""
+
+
+def write_timing_log(
+    path: Path, position: np.ndarray, time_ns: np.ndarray, nframes: np.ndarray, meta: dict
+) -> None:
+    """A timing log: per block, its first file sample, when (CLOCK_MONOTONIC) and length."""
+    table = pa.table(
+        {
+            "position": np.asarray(position, dtype=np.int64),
+            "time_ns": np.asarray(time_ns, dtype=np.int64),
+            "nframes": np.asarray(nframes, dtype=np.int64),
+        }
+    )
+    document = {"schema": TIMING_SCHEMA, **meta}
+    pq.write_table(table.replace_schema_metadata({"latlab": json.dumps(document)}), path)
+
+
+def capture_timing(slices: ChromeSlices, rate: int, source: Path, out: Path) -> int:
+    """Write the capturing browser's timing log from its trace; return the calls used."""
+    calls = slices.of(CAPTURE_FUNCTION).start_ns
+    if len(calls) < 2:
+        raise BrowserSignalError(
+            f"{source}: Chromium's trace has {len(calls)} capture calls "
+            f"({CAPTURE_FUNCTION}): the signal's capture cannot be timed"
+        )
+    period = round(rate * CAPTURE_PERIOD_S)
+    position = np.arange(len(calls), dtype=np.int64) * period
+    write_timing_log(
+        out,
+        position,
+        calls,
+        np.full(len(calls), period),
+        {"rate": rate, "source": str(source), "method": "capture calls in Chromium's trace"},
+    )
+    return len(calls)
+
+
+def write_recording(records: Path, wav_out: Path, log_out: Path) -> int:
+    """Write the recording browser's ``signal_audio`` as a WAV file and its timing log;
+    return the samples written (see ``_chunks`` for gaps and damage)."""
+    lines, _ = parse_lines(records)
+    offset = clock_offset([line for line in lines if line.get("type") == "clock"])
+    if offset is None:
+        raise BrowserSignalError(f"{records}: no clock pings, so its times cannot be placed")
+    chunks = [line for line in lines if line.get("type") == "signal_audio"]
+    if not chunks:
+        raise BrowserSignalError(f"{records}: no recorded audio (signal_audio records)")
+    rate = int(chunks[0].get("rate", 0))
+    frames, pcm = _chunks(chunks, records)
+    starts = frames - frames[0]
+    lengths = np.array([len(p) for p in pcm], dtype=np.int64)
+    samples = np.zeros(int(starts[-1] + lengths[-1]), dtype=np.float64)
+    for start, chunk in zip(starts, pcm, strict=True):
+        samples[start : start + len(chunk)] = chunk / 32767.0
+    time_ns = _output_line(lines, records)(frames / rate) * 1e6 + offset
+    write_wav(wav_out, samples, rate)
+    write_timing_log(
+        log_out,
+        starts,
+        np.round(time_ns).astype(np.int64),
+        lengths,
+        {"rate": rate, "source": str(records), "method": "AudioWorklet tap, getOutputTimestamp"},
+    )
+    return len(samples)
+
+
+def _chunks(chunks: list[dict], records: Path) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Frames and samples of the chunks up to the first damaged one, or one that goes
+    back in time or leaves a gap longer than MAX_GAP_S.
+
+    The render thread skips quanta it could not render in time (the context's frames
+    jump ahead, at start-up especially); such a gap stays silence in the recording, so
+    that positions remain the context's frames."""
+    frames: list[int] = []
+    pcm: list[np.ndarray] = []
+    for chunk in chunks:
+        try:
+            samples = np.frombuffer(base64.b64decode(chunk["pcm"], validate=True), "<i2")
+            frame = int(chunk["frame"])
+        except (KeyError, TypeError, ValueError, binascii.Error):
+            break
+        rate = float(chunk.get("rate", 48000))
+        if frames and not 0 <= frame - (frames[-1] + len(pcm[-1])) <= MAX_GAP_S * rate:
+            break  # the tap restarted: positions would no longer be frames
+        frames.append(frame)
+        pcm.append(samples)
+    if not frames:
+        raise BrowserSignalError(f"{records}: the recorded audio cannot be decoded")
+    return np.asarray(frames, dtype=np.int64), pcm
+
+
+def _output_line(lines: list[dict], records: Path) -> Callable[[np.ndarray], np.ndarray]:
+    """Page ms of a context time, fitted through the ``output_ts`` pairs."""
+    pairs = np.array(
+        [
+            (line["context_s"], line["out_ms"])
+            for line in lines
+            if line.get("type") == "output_ts"
+            and isinstance(line.get("context_s"), int | float)
+            and isinstance(line.get("out_ms"), int | float)
+            and line["context_s"] > 0
+        ],
+        dtype=np.float64,
+    ).reshape(-1, 2)
+    if len(pairs) < 2:
+        raise BrowserSignalError(
+            f"{records}: fewer than two output timestamps, so the recording cannot be timed"
+        )
+    slope, intercept = np.polyfit(pairs[:, 0], pairs[:, 1], 1)
+    return lambda context_s: intercept + slope * np.asarray(context_s, dtype=np.float64)

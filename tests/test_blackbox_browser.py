@@ -1,0 +1,91 @@
+"""The black box with browser ends: alice's fake capture device plays the time-coded
+signal, bob's AudioWorklet tap records what he receives (scenarios/webrtc-blackbox.toml).
+
+Capture is timed by Chromium's own trace (one capture call per 10 ms period of the
+file), the recording by the AudioContext's output timestamps. A delay planted on the
+link must move the black box by that much, give or take the jitter buffer's own steps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from latlab.analysis.blackbox import CODES_FILE, INJECT_LOG, SIGNAL_DIR
+from latlab.ingest.browser_signal import BrowserSignalError, write_recording
+from latlab.lab.scenario import ScenarioError, parse_scenario
+from tests.conftest import delay_sweep
+from tests.test_browser_lab import lab
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIO = REPO / "scenarios" / "webrtc-blackbox.toml"
+JITTER_BUFFER_STEP_MS = 10.0  # what NetEq's target may differ by between two runs
+
+
+def test_a_capturing_browser_cannot_also_name_its_own_file() -> None:
+    text = SCENARIO.read_text(encoding="utf-8").replace(
+        'browser = "chromium"', 'browser = "chromium"\naudio_file = "/tmp/x.wav"', 1
+    )
+    with pytest.raises(ScenarioError) as error:
+        parse_scenario(text, "bb.toml")
+    assert str(error.value) == (
+        "bb.toml: processes.alice.audio_file: the browser captures the signal "
+        "([signal] inject); leave audio_file out"
+    )
+
+
+def test_page_records_without_audio_or_timestamps_are_one_line(tmp_path: Path) -> None:
+    records = tmp_path / "bob.jsonl"
+    clock = {"type": "clock", "srv_monotonic_ns": 10**9, "page_ms": 1.0, "rtt_ms": 0.1}
+    records.write_text(json.dumps(clock) + "\n")
+    with pytest.raises(BrowserSignalError, match=r"bob.jsonl: no recorded audio"):
+        write_recording(records, tmp_path / "r.wav", tmp_path / "r.parquet")
+    chunk = {"type": "signal_audio", "frame": 0, "rate": 48000, "pcm": "AAAAAA=="}
+    records.write_text(json.dumps(clock) + "\n" + json.dumps(chunk) + "\n")
+    with pytest.raises(BrowserSignalError, match=r"fewer than two output timestamps"):
+        write_recording(records, tmp_path / "r.wav", tmp_path / "r.parquet")
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[float, tuple[Path, dict]]:
+    """A two-point sweep of the shipped scenario: link delay 5 ms, then 35 ms."""
+    text = SCENARIO.read_text(encoding="utf-8").replace("delay_ms = 30", 'delay_ms = "${delay}"')
+    return delay_sweep(text, tmp_path_factory.mktemp("blackbox-browser") / "sweep", (5, 35), 8)
+
+
+@lab
+def test_every_code_crosses_the_call_and_capture_runs_in_real_time(planted: dict) -> None:
+    for run_dir, summary in planted.values():
+        box = summary["blackbox"]
+        assert box["codes"]["injected"] >= 35
+        assert box["codes"]["found"] == box["codes"]["injected"]
+        assert box["codes"]["matched_to_units"] == box["codes"]["injected"]
+        assert box["span"] == {"from": "alice/capture", "to": "bob/receiver-transform"}
+        # the probes end at bob's receiver transform: his jitter buffer, decoding and
+        # playout are time they do not see
+        assert box["unexplained"]["min_ms"] > 10.0
+        calls = pq.read_table(run_dir / SIGNAL_DIR / INJECT_LOG).column("time_ns").to_numpy()
+        per_call_ms = (calls[-1] - calls[0]) / (len(calls) - 1) / 1e6
+        assert per_call_ms == pytest.approx(10.0, rel=1e-3)
+
+
+@lab
+def test_planted_link_delay_moves_the_black_box(planted: dict) -> None:
+    def settled(run_dir: Path) -> float:
+        """The black box over the second half of the codes (after NetEq settles)."""
+        codes = pq.read_table(run_dir / CODES_FILE).to_pydict()
+        kept = [
+            b for b, w in zip(codes["black_box_ms"], codes["in_window"], strict=True)
+            if w and not math.isnan(b)
+        ]  # fmt: skip
+        return float(np.median(kept[len(kept) // 2 :]))
+
+    shift = settled(planted[35.0][0]) - settled(planted[5.0][0])
+    assert abs(shift - 30.0) <= JITTER_BUFFER_STEP_MS
+    probed = {d: s["blackbox"]["probed"]["p50_ms"] for d, (_, s) in planted.items()}
+    assert probed[35.0] - probed[5.0] == pytest.approx(30.0, abs=1.0)
