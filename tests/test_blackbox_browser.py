@@ -3,7 +3,7 @@ signal, bob's AudioWorklet tap records what he receives (scenarios/webrtc-blackb
 
 Capture is timed by Chromium's own trace (one capture call per 10 ms period of the
 file), the recording by the AudioContext's output timestamps. A delay planted on the
-link must move the black box by that much, give or take the jitter buffer's own steps.
+link must move the black box by that much, once NetEq's adaptive buffer is taken out.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from latlab.analysis.blackbox import CODES_FILE, INJECT_LOG, SIGNAL_DIR
+from latlab.ingest.browser_records import read_browser_log
 from latlab.ingest.browser_signal import BrowserSignalError, write_recording
 from latlab.lab.scenario import ScenarioError, parse_scenario
 from tests.conftest import delay_sweep
@@ -24,7 +25,7 @@ from tests.test_browser_lab import lab
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "webrtc-blackbox.toml"
-JITTER_BUFFER_STEP_MS = 10.0  # what NetEq's target may differ by between two runs
+RESIDUAL_MS = 7.0  # audio buffers besides NetEq's line up differently per run (27.2, 32.2 seen)
 
 
 def test_a_capturing_browser_cannot_also_name_its_own_file() -> None:
@@ -74,18 +75,35 @@ def test_every_code_crosses_the_call_and_capture_runs_in_real_time(planted: dict
         assert per_call_ms == pytest.approx(10.0, rel=1e-3)
 
 
+def _settled(run_dir: Path) -> tuple[float, float]:
+    """Over the second half of the codes (after NetEq's first adaptation): the median
+    black box, and NetEq's own mean jitter-buffer delay over the same stretch (from bob's
+    getStats: jitterBufferDelay / jitterBufferEmittedCount), both in ms."""
+    codes = pq.read_table(run_dir / CODES_FILE).to_pydict()
+    rows = [
+        (box, at) for box, at, counted
+        in zip(codes["black_box_ms"], codes["record_ns"], codes["in_window"], strict=True)
+        if counted and not math.isnan(box)
+    ]  # fmt: skip
+    half = rows[len(rows) // 2 :]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    ssrc = int(summary["blackbox"]["stream"].split("ssrc=")[1], 16)
+    log = read_browser_log(run_dir / "browsers" / "bob.jsonl")
+    stats = log.stats_counters(
+        "inbound-rtp", ssrc, ("jitterBufferDelay", "jitterBufferEmittedCount")
+    )
+    inside = stats[(stats[:, 0] >= half[0][1]) & (stats[:, 0] <= half[-1][1])]
+    delay_s, emitted = inside[-1, 1:] - inside[0, 1:]
+    return float(np.median([box for box, _ in half])), 1000.0 * delay_s / emitted
+
+
 @lab
 def test_planted_link_delay_moves_the_black_box(planted: dict) -> None:
-    def settled(run_dir: Path) -> float:
-        """The black box over the second half of the codes (after NetEq settles)."""
-        codes = pq.read_table(run_dir / CODES_FILE).to_pydict()
-        kept = [
-            b for b, w in zip(codes["black_box_ms"], codes["in_window"], strict=True)
-            if w and not math.isnan(b)
-        ]  # fmt: skip
-        return float(np.median(kept[len(kept) // 2 :]))
-
-    shift = settled(planted[35.0][0]) - settled(planted[5.0][0])
-    assert abs(shift - 30.0) <= JITTER_BUFFER_STEP_MS
+    """The probes see the planted 30 ms exactly. The black box also holds NetEq's
+    adaptive buffer, which settles differently in two runs (its delay differed by 10 ms
+    between the two points in one CI run, making the black box move by only 17 ms); less
+    the buffer delay NetEq itself reports over the same codes, it moves by the 30 ms."""
+    (box_5, buffer_5), (box_35, buffer_35) = _settled(planted[5.0][0]), _settled(planted[35.0][0])
+    assert (box_35 - buffer_35) - (box_5 - buffer_5) == pytest.approx(30.0, abs=RESIDUAL_MS)
     probed = {d: s["blackbox"]["probed"]["p50_ms"] for d, (_, s) in planted.items()}
     assert probed[35.0] - probed[5.0] == pytest.approx(30.0, abs=1.0)
