@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,19 @@ from latlab.lab.scenario import parse_scenario
 from latlab.pipeline import analyze_run
 
 RunScenario = Callable[..., dict[str, Any]]
+LATLAB = str(Path(__file__).resolve().parent.parent / "latlab")
+
+
+def latlab(
+    *args: str, cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
+    """Run the ``./latlab`` CLI (200 columns wide, so tables do not wrap); never raises
+    for its exit status."""
+    env = {**os.environ, "COLUMNS": "200"}
+    return subprocess.run(
+        [LATLAB, *args], capture_output=True, text=True, env=env, cwd=cwd, check=False,
+        timeout=timeout,
+    )  # fmt: skip
 
 
 @pytest.fixture()

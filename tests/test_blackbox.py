@@ -26,6 +26,7 @@ from latlab.analysis.blackbox import (
     jack_to_monotonic,
     probed_end_to_end,
     read_rig_log,
+    read_sent_codes,
 )
 from latlab.lab.devices import Devices
 from latlab.lab.scenario import Device, ScenarioError, parse_scenario
@@ -34,7 +35,7 @@ from latlab.signal.commands import GenerateOptions, generate_file
 from latlab.stitch.journeys import Journeys
 from latlab.stitch.paths import StreamPath
 from latlab.stitch.position import MISSING
-from tests.conftest import delay_sweep
+from tests.conftest import delay_sweep, latlab
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "l16-jack-blackbox.toml"
@@ -194,6 +195,7 @@ def test_rig_looped_on_one_jack_server_measures_zero(tmp_path: Path) -> None:
         devices.stop_all()
     delays = code_delays(
         signal_dir,
+        read_sent_codes(signal_dir),
         read_rig_log(signal_dir / "inject.parquet"),
         read_rig_log(signal_dir / "record.parquet"),
     )
@@ -213,13 +215,7 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[float, tuple[Path,
 
 def test_sweep_table_shows_the_black_box_per_point(planted: dict) -> None:
     sweep_dir = next(iter(planted.values()))[0].parents[1]
-    result = subprocess.run(
-        [str(REPO / "latlab"), "report", str(sweep_dir)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    result = latlab("report", str(sweep_dir), timeout=120)
     assert result.returncode == 0, result.stderr
     assert "black box (time-coded signal) per point" in result.stdout
     sweep = json.loads((sweep_dir / "sweep.json").read_text())
@@ -262,18 +258,11 @@ def test_a_damaged_recording_is_one_line_and_the_rest_of_the_run_stays(
     summary, _, _ = analyze_run(copy)
     assert summary["streams"] and summary["streams"][0]["end_to_end"]["count"] > 0
     assert summary["blackbox"]["error"].startswith(str(copy / SIGNAL_DIR / RECEIVED_WAV))
-    result = subprocess.run(
-        [str(REPO / "latlab"), "report", str(copy)], capture_output=True, text=True, timeout=120
-    )
+    result = latlab("report", str(copy), timeout=120)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
     (line,) = [line for line in result.stderr.splitlines() if line.startswith("latlab: error:")]
     assert "received.wav: not a readable WAV file" in line
-    html = subprocess.run(
-        [str(REPO / "latlab"), "report", str(copy), "--html"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    html = latlab("report", str(copy), "--html", timeout=120)
     assert html.returncode == 1 and (copy / "report.html").is_file()
     assert "received.wav: not a readable WAV file" in html.stderr

@@ -11,15 +11,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from latlab.analysis.blackbox import RECEIVED_WAV, SIGNAL_DIR, _frame_bytes
+from latlab.analysis.blackbox import RECEIVED_WAV, SIGNAL_DIR, raw_audio_layout
 from latlab.lab.scenario import ScenarioError, parse_scenario
 from latlab.pipeline import analyze_run
-from tests.conftest import delay_sweep
+from tests.conftest import delay_sweep, latlab
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "l16-gst-blackbox.toml"
@@ -64,13 +63,14 @@ def test_bad_gstreamer_signal_ends_are_one_line_errors(edit, message: str) -> No
     assert "\n" not in str(error.value)
 
 
-def test_frame_size_comes_from_raw_audio_caps() -> None:
+def test_frame_size_and_rate_come_from_raw_audio_caps() -> None:
     caps = "audio/x-raw, format=(string){}, layout=(string)interleaved, rate=(int)48000, "
-    assert _frame_bytes(caps.format("S16BE") + "channels=(int)2") == 4
-    assert _frame_bytes(caps.format("S24LE") + "channels=(int)1") == 3
-    assert _frame_bytes(caps.format("S24_32LE") + "channels=(int)2") == 8
-    assert _frame_bytes(caps.format("F64LE") + "channels=(int)1") == 8
-    assert _frame_bytes("audio/x-opus, channels=(int)2") is None
+    assert raw_audio_layout(caps.format("S16BE") + "channels=(int)2") == (4, 48000)
+    assert raw_audio_layout(caps.format("S24LE") + "channels=(int)1") == (3, 48000)
+    assert raw_audio_layout(caps.format("S24_32LE") + "channels=(int)2") == (8, 48000)
+    assert raw_audio_layout(caps.format("F64LE") + "channels=(int)1") == (8, 48000)
+    assert raw_audio_layout("audio/x-opus, channels=(int)2") is None
+    assert raw_audio_layout("audio/x-raw, format=(string)S16LE, channels=(int)2") is None
 
 
 # --- the real stack ---------------------------------------------------------------------
@@ -112,13 +112,7 @@ def test_planted_link_delay_moves_the_black_box_by_that_much(planted: dict) -> N
 
 def test_report_shows_the_span_and_the_recording_is_the_playout(planted: dict) -> None:
     run_dir, _ = planted[5.0]
-    result = subprocess.run(
-        [str(REPO / "latlab"), "report", str(run_dir)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "COLUMNS": "200"},
-    )
+    result = latlab("report", str(run_dir), timeout=120)
     assert result.returncode == 0, result.stderr
     assert "probed from sender/latlab_signal_in:src to receiver/playout:src_0" in result.stdout
     run = json.loads((run_dir / "run.json").read_text())

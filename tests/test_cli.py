@@ -9,15 +9,11 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-LATLAB = str(REPO / "latlab")
+from tests.conftest import latlab as run_latlab
 
 
 def latlab(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run(
-        [LATLAB, *args], capture_output=True, text=True, env=env, cwd=cwd, check=False, timeout=120
-    )
+    return run_latlab(*args, cwd=cwd, timeout=120)
 
 
 def scenario_text(host: str, pipeline: str, key: str = "pipeline") -> str:

@@ -25,18 +25,11 @@ from latlab.report.compare import (
     compare_values,
     resolve_run,
 )
+from tests.conftest import latlab
 
 REPO = Path(__file__).resolve().parent.parent
-LATLAB = str(REPO / "latlab")
 PLANTED_MS = 40.0  # jb=60 minus jb=20
 TOLERANCE_MS = 2.0
-
-
-def latlab(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run(
-        [LATLAB, *args], capture_output=True, text=True, env=env, check=False, timeout=300
-    )
 
 
 def one_line_error(result: subprocess.CompletedProcess) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import subprocess
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -22,9 +21,8 @@ import pytest
 
 from latlab.pipeline import analyze_run
 from latlab.report.perfetto import _lanes
+from tests.conftest import latlab
 
-REPO = Path(__file__).resolve().parent.parent
-LATLAB = str(REPO / "latlab")
 # per shipped scenario: processes a unit crosses (an emulated link's log is one), and the
 # name of a thread its slices must be on
 EXPECT = {
@@ -33,13 +31,6 @@ EXPECT = {
     "srt-720p30": (3, "srtsrc0:src ["),
 }
 SCENARIOS = tuple(EXPECT)
-
-
-def latlab(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run(
-        [LATLAB, *args], capture_output=True, text=True, env=env, check=False, timeout=300
-    )
 
 
 @pytest.fixture(scope="module")

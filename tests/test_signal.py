@@ -5,7 +5,6 @@ resamplers; bad recordings give one line naming the file and what was found."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,22 +16,14 @@ from scipy.io import wavfile
 from latlab.signal.channels import Codec, delay, gst_channel
 from latlab.signal.timecode import decode, generate
 from latlab.signal.wavio import read_wav, write_wav
+from tests.conftest import latlab
 
-REPO = Path(__file__).resolve().parent.parent
-LATLAB = str(REPO / "latlab")
 RATE = 48000
 PLANTED = 4321
 """Samples of silence put before the codes: the delay the decoder must find."""
 TOLERANCE_S = 1e-4
 
 needs_gst = pytest.mark.skipif(shutil.which("gst-launch-1.0") is None, reason="no GStreamer")
-
-
-def latlab(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run(
-        [LATLAB, *args], capture_output=True, text=True, env=env, check=False, timeout=300
-    )
 
 
 def one_line_error(result: subprocess.CompletedProcess) -> str:

@@ -162,19 +162,37 @@ class CodeDelays:
         return self.record_ns - self.inject_ns
 
 
-def code_delays(signal_dir: Path, inject: RigLog, record: RigLog) -> CodeDelays:
-    """Join the sent codes and the codes decoded in the recording by index."""
+@dataclass(frozen=True)
+class SentCodes:
+    """The codes written into the sent file (``sent.wav.codes.json``)."""
+
+    path: Path
+    rate: int
+    index: np.ndarray
+    time_s: np.ndarray
+
+
+def read_sent_codes(signal_dir: Path) -> SentCodes:
+    """The sent codes of a run's signal; unreadable: BlackBoxError."""
     codes_file = signal_dir / (SENT_WAV + ".codes.json")
     try:
         codes = json.loads(codes_file.read_text(encoding="utf-8"))
-        sent_index = np.asarray([c["index"] for c in codes["codes"]], dtype=np.int64)
-        sent_s = np.asarray([c["time_s"] for c in codes["codes"]], dtype=np.float64)
-        sent_rate = int(codes["sample_rate"])
+        return SentCodes(
+            path=codes_file,
+            rate=int(codes["sample_rate"]),
+            index=np.asarray([c["index"] for c in codes["codes"]], dtype=np.int64),
+            time_s=np.asarray([c["time_s"] for c in codes["codes"]], dtype=np.float64),
+        )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise BlackBoxError(f"{codes_file}: cannot read the sent codes ({exc})") from None
+
+
+def code_delays(signal_dir: Path, sent: SentCodes, inject: RigLog, record: RigLog) -> CodeDelays:
+    """Join the sent codes and the codes decoded in the recording by index."""
+    sent_index, sent_s, sent_rate = sent.index, sent.time_s, sent.rate
     if sent_rate != inject.rate:
         raise BlackBoxError(
-            f"{codes_file}: codes at {sent_rate} Hz, but {inject.path} played at {inject.rate} Hz"
+            f"{sent.path}: codes at {sent_rate} Hz, but {inject.path} played at {inject.rate} Hz"
         )
     inject_ns = inject.sample_times(sent_s * sent_rate)
     audio = _recording(signal_dir)
@@ -207,7 +225,8 @@ def _recording(signal_dir: Path) -> Any:
 class SignalEnds:
     """Where a run's signal went in and was recorded (run.json ``signal``).
 
-    ``kind`` is ``"jack"`` (a JACK rig's log file) or ``"gst"`` (``process``'s trace).
+    A ``kind`` is ``"jack"`` or ``"browser"`` (a timing log file the rig or the runner
+    wrote) or ``"gst"`` (``process``'s trace).
     """
 
     inject_kind: str
@@ -229,31 +248,23 @@ class SignalEnds:
 
 
 def rig_logs(
-    run_dir: Path, ends: SignalEnds, table: EventTable | None
+    run_dir: Path, ends: SignalEnds, table: EventTable | None, sent_rate: int
 ) -> tuple[RigLog, RigLog, tuple[Probe | None, Probe | None]]:
-    """The injection and recording timing logs, and for GStreamer ends their probes."""
+    """The injection and recording timing logs, and for GStreamer ends their probes.
+
+    A GStreamer source plays the sent file, so its positions are at ``sent_rate``."""
     signal_dir = run_dir / SIGNAL_DIR
     if ends.inject_kind == "gst":
-        rate = _sent_rate(signal_dir)
         inject_probe = _signal_probe(table, ends.inject_process, "inject", run_dir)
-        inject = _source_log(table, inject_probe, rate, run_dir)
+        inject = _source_log(table, inject_probe, sent_rate, run_dir)
     else:
         inject_probe, inject = None, read_rig_log(signal_dir / INJECT_LOG)
     if ends.record_kind == "gst":
-        rate = _recording(signal_dir).rate
         record_probe = _signal_probe(table, ends.record_process, "record", run_dir)
-        record = _sink_log(table, record_probe, rate, run_dir)
+        record = _sink_log(table, record_probe, run_dir)
     else:
         record_probe, record = None, read_rig_log(signal_dir / RECORD_LOG)
     return inject, record, (inject_probe, record_probe)
-
-
-def _sent_rate(signal_dir: Path) -> int:
-    codes_file = signal_dir / (SENT_WAV + ".codes.json")
-    try:
-        return int(json.loads(codes_file.read_text(encoding="utf-8"))["sample_rate"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise BlackBoxError(f"{codes_file}: cannot read the sent codes ({exc})") from None
 
 
 def _signal_probe(table: EventTable | None, process: str, side: str, run_dir: Path) -> Probe:
@@ -272,7 +283,7 @@ def _signal_probe(table: EventTable | None, process: str, side: str, run_dir: Pa
     )
 
 
-def _source_log(table: Any, probe: Probe, rate: int, run_dir: Path) -> RigLog:
+def _source_log(table: EventTable, probe: Probe, rate: int, run_dir: Path) -> RigLog:
     """``latlab_signal_in``'s pushes: the file's samples (PTS) as they were played in."""
     pts = table.probe_column(probe.index, "pts").astype(np.int64)
     duration = table.probe_column(probe.index, "duration").astype(np.int64)
@@ -289,15 +300,17 @@ def _source_log(table: Any, probe: Probe, rate: int, run_dir: Path) -> RigLog:
     )
 
 
-def _sink_log(table: Any, probe: Probe, rate: int, run_dir: Path) -> RigLog:
+def _sink_log(table: EventTable, probe: Probe, run_dir: Path) -> RigLog:
     """The pushes into ``latlab_signal_out``: the recording's samples, counted from the
-    buffers' sizes, as they reached the recording branch."""
-    frame_bytes = _frame_bytes(probe.caps)
-    if frame_bytes is None:
+    buffers' sizes, as they reached the recording branch (at the caps' rate, which
+    ``code_delays`` checks against the WAV file's)."""
+    layout = raw_audio_layout(probe.caps)
+    if layout is None:
         raise BlackBoxError(
-            f"{run_dir}: {probe.name}: cannot tell the audio frame size from its caps "
-            f"({probe.caps[:80]!r})"
+            f"{run_dir}: {probe.name}: cannot tell the audio frame size and rate from its "
+            f"caps ({probe.caps[:80]!r})"
         )
+    frame_bytes, rate = layout
     t_ns = table.probe_column(probe.index, "t_ns").astype(np.int64)
     order = np.argsort(t_ns, kind="stable")
     frames = table.probe_column(probe.index, "size")[order].astype(np.int64) // frame_bytes
@@ -313,21 +326,23 @@ def _sink_log(table: Any, probe: Probe, rate: int, run_dir: Path) -> RigLog:
 
 _FORMAT_RE = re.compile(r"format=\(string\)([A-Z0-9_]+)")
 _CHANNELS_RE = re.compile(r"channels=\(int\)(\d+)")
+_RATE_RE = re.compile(r"rate=\(int\)(\d+)")
 _SAMPLE_BYTES = {"8": 1, "16": 2, "18": 3, "20": 3, "24": 3, "32": 4, "64": 8}
 
 
-def _frame_bytes(caps: str) -> int | None:
-    """Bytes per interleaved frame of raw audio caps (None if not raw audio)."""
+def raw_audio_layout(caps: str) -> tuple[int, int] | None:
+    """Bytes per interleaved frame and rate of raw audio caps (None if not raw audio)."""
     if not caps.startswith("audio/x-raw"):
         return None
     fmt, channels = _FORMAT_RE.search(caps), _CHANNELS_RE.search(caps)
-    if fmt is None or channels is None:
+    rate = _RATE_RE.search(caps)
+    if fmt is None or channels is None or rate is None:
         return None
     bits = re.match(r"[SUF](\d+)(_32)?", fmt.group(1))
     if bits is None or bits.group(1) not in _SAMPLE_BYTES:
         return None
     width = 4 if bits.group(2) else _SAMPLE_BYTES[bits.group(1)]
-    return width * int(channels.group(1))
+    return width * int(channels.group(1)), int(rate.group(1))
 
 
 def probed_end_to_end(
@@ -417,10 +432,10 @@ def black_box_summary(
     signal_dir = run_dir / SIGNAL_DIR
     if not (signal_dir / SENT_WAV).is_file():
         return None
-    _sent_rate(signal_dir)  # the sent codes first: without them nothing else matters
+    sent = read_sent_codes(signal_dir)  # first: without them nothing else matters
     ends = SignalEnds.from_run(meta or {})
-    inject, record, probes = rig_logs(run_dir, ends, table)
-    delays = code_delays(signal_dir, inject, record)
+    inject, record, probes = rig_logs(run_dir, ends, table, sent.rate)
+    delays = code_delays(signal_dir, sent, inject, record)
     inject_ns = delays.inject_ns
     counted = np.isfinite(inject_ns)
     if window is not None:

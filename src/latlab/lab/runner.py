@@ -44,7 +44,7 @@ from latlab.lab.sched import (
     thread_policies,
     wait_threads_settled,
 )
-from latlab.lab.signal_rig import RigStartError, SignalRigRun
+from latlab.lab.signal_rig import SignalRigError, SignalRigRun
 from latlab.lab.signals import Terminated, signals_deferred, sigterm_raises
 from latlab.tracer import tracer_env
 
@@ -255,7 +255,7 @@ class _Run:
             return
         try:
             self.signal.prepare()
-        except RigStartError as exc:
+        except SignalRigError as exc:
             raise RunError(str(exc)) from None
 
     def _start_signal_rig(self) -> None:
@@ -268,7 +268,7 @@ class _Run:
             self.signal.start(
                 self.lab.exec_argv, lambda host: {**os.environ, **self.devices.env_for(host)}
             )
-        except RigStartError as exc:
+        except SignalRigError as exc:
             raise RunError(str(exc)) from None
 
     def _collect_signal(self) -> None:
@@ -277,7 +277,7 @@ class _Run:
             return
         try:
             self.signal.collect(self.browsers.records_dir)
-        except RigStartError as exc:
+        except SignalRigError as exc:
             raise RunError(str(exc)) from None
 
     def _stop_signal_rig(self) -> None:

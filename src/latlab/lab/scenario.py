@@ -1006,18 +1006,12 @@ class _Parser:
 
     def check_signal_refs(self, processes: tuple[Process, ...], signal: SignalRig | None) -> None:
         """``${signal.source}``/``${signal.sink}`` only in the processes ``[signal]`` names."""
-        named = {}
-        if signal is not None:
-            named = {
-                SIGNAL_REFS[side]: end.name
-                for side, end in (("inject", signal.inject), ("record", signal.record))
-                if end.kind == "gst"
-            }
+        ends = {"inject": signal.inject, "record": signal.record} if signal else {}
+        named = {side: end.name for side, end in ends.items() if end.kind == "gst"}
         for proc in processes:
             texts = [proc.pipeline, *proc.command, *proc.env.values()]
-            for ref in SIGNAL_REFS.values():
-                if any("${" + ref + "}" in t for t in texts) and named.get(ref) != proc.name:
-                    side = "inject" if ref == "signal.source" else "record"
+            for side, ref in SIGNAL_REFS.items():
+                if any("${" + ref + "}" in t for t in texts) and named.get(side) != proc.name:
                     raise self.fail(
                         f"processes.{proc.name}",
                         f'${{{ref}}} needs [signal] {side} = "{proc.name}"',

@@ -22,7 +22,15 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from latlab.analysis.blackbox import INJECT_LOG, RECEIVED_WAV, RECORD_LOG, SENT_WAV, SIGNAL_DIR
+from latlab.analysis.blackbox import (
+    INJECT_LOG,
+    RECEIVED_WAV,
+    RECORD_LOG,
+    SENT_WAV,
+    SIGNAL_DIR,
+    SINK_ELEMENT,
+    SOURCE_ELEMENT,
+)
 from latlab.ingest.browser_signal import BrowserSignalError, capture_timing, write_recording
 from latlab.ingest.chrome_trace import find_chrome_trace, read_chrome_trace
 from latlab.ingest.trace_reader import TraceError
@@ -35,14 +43,13 @@ LEAD_S = 5.0
 """Signal beyond the scenario's duration: processes take a few seconds to be ready."""
 READY_TIMEOUT_S = 12.0
 RECORD_MARGIN_S = 30.0
-SOURCE_ELEMENT = "latlab_signal_in"
-SINK_ELEMENT = "latlab_signal_out"
 
 ExecArgv = Callable[[str, Sequence[str]], list[str]]
 
 
-class RigStartError(RuntimeError):
-    """The rig could not start; ``str()`` is one line naming the rig and the cause."""
+class SignalRigError(RuntimeError):
+    """The rig could not start, or its browser ends could not be collected; ``str()`` is
+    one line naming the rig or file and the cause."""
 
 
 class SignalRigRun:
@@ -75,7 +82,7 @@ class SignalRigRun:
         try:
             generate_file(options)
         except SignalError as exc:
-            raise RigStartError(f"signal: {exc}") from None
+            raise SignalRigError(f"signal: {exc}") from None
 
     def pipeline_refs(self) -> dict[str, str]:
         """The ``${signal.source}`` and ``${signal.sink}`` pipeline fragments."""
@@ -116,7 +123,7 @@ class SignalRigRun:
             self.children.append(child)
             child.start(env_for(host))
             if not child.wait_ready(READY_TIMEOUT_S):
-                raise RigStartError(
+                raise SignalRigError(
                     f"signal {mode} rig on host '{host}' not ready after "
                     f"{READY_TIMEOUT_S:g} s: {child.stderr_summary()}"
                 )
@@ -133,7 +140,7 @@ class SignalRigRun:
     def collect(self, records_dir: Path) -> None:
         """After the browsers stopped: the browser ends' timing logs (and the recording).
 
-        RigStartError names the file and the problem (the run's records stay)."""
+        SignalRigError names the file and the problem (the run's records stay)."""
         try:
             if self.rig.inject.kind == "browser":
                 name = self.rig.inject.name
@@ -146,7 +153,7 @@ class SignalRigRun:
                 records = records_dir / f"{self.rig.record.name}.jsonl"
                 write_recording(records, self.dir / RECEIVED_WAV, self.dir / RECORD_LOG)
         except (BrowserSignalError, TraceError) as exc:
-            raise RigStartError(f"signal: {exc}") from None
+            raise SignalRigError(f"signal: {exc}") from None
 
     def _device_host(self, end: SignalEnd) -> str:
         return next(d.host for d in self.scenario.devices if d.name == end.name)
