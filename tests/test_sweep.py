@@ -17,8 +17,8 @@ import pytest
 from latlab.lab.scenario import Scenario, ScenarioError, parse_scenario
 from latlab.lab.sweep import expand_sweep, load_sweep, run_sweep, to_toml
 from latlab.report.sweep_table import comparison_table
-from tests.conftest import L16_CAPS, two_hosts
-from tests.test_cli import LATLAB, latlab, one_line_error
+from tests.conftest import L16_CAPS, LATLAB, two_hosts
+from tests.test_cli import latlab, one_line_error
 
 CAPS = L16_CAPS
 RECEIVER = (
