@@ -69,6 +69,10 @@ def test_sample_times_follow_cycles_and_leave_gaps_unknown() -> None:
     expected = [1e9, 1e9 + 240.5 / 48000 * 1e9, 1e9 + 10 * MS, 1e9 + 40 * MS + 40 / 48000 * 1e9]
     np.testing.assert_allclose(times[:4], expected)
     assert np.isnan(times[4:]).all()  # after the last cycle and before the first
+    # a code decoded a fifth of a sample before a block's start belongs to that block,
+    # not at the end of the previous one (which the xrun put 20 ms earlier)
+    early = log.sample_times(np.array([959.8]))
+    np.testing.assert_allclose(early, [1e9 + 40 * MS - 0.2 / 48000 * 1e9])
 
 
 def _journeys(starts_ms: list[float], end_to_end_ms: list[float]) -> Journeys:

@@ -73,11 +73,17 @@ class RigLog:
     xruns: int
 
     def sample_times(self, positions: np.ndarray) -> np.ndarray:
-        """CLOCK_MONOTONIC ns of (fractional) file positions; NaN outside the logged cycles."""
+        """CLOCK_MONOTONIC ns of (fractional) file positions; NaN outside the logged cycles.
+
+        A position less than half a sample before a block's start belongs to that block
+        (at a small negative offset): codes sit on block boundaries, and a decoded
+        position a fraction of a sample early must not be timed from the previous
+        block's start, which differs by however irregularly the blocks came.
+        """
         positions = np.asarray(positions, dtype=np.float64)
         if len(self.position) == 0:
             return np.full(len(positions), np.nan)
-        cycle = np.searchsorted(self.position, positions, side="right") - 1
+        cycle = np.searchsorted(self.position, positions + 0.5, side="right") - 1
         valid = cycle >= 0
         cycle = np.clip(cycle, 0, len(self.position) - 1)
         offset = positions - self.position[cycle]
