@@ -148,7 +148,8 @@ def make_rtp_audio_run(out_dir: Path, params: SyntheticRtpAudio | None = None) -
     # Receiver: the jitter buffer releases packet m at a fixed schedule; late ones are dropped.
     recv_pts0 = int(first_arrival[kept][0]) - p.receiver_base
     # The jitter buffer may re-stamp packets with its skew estimate (mode=slave).
-    recv_pts = recv_pts0 + s.pkt_pts * (1_000_000 + p.receiver_skew_ppm) // 1_000_000
+    # (the skew term alone is scaled: pts x 10^6 overflows int64 after 2.56 h of media)
+    recv_pts = recv_pts0 + s.pkt_pts + s.pkt_pts * p.receiver_skew_ppm // 1_000_000
     jb_out = p.receiver_base + recv_pts + p.jitterbuffer_latency
     released = kept & (first_arrival <= jb_out)
     depay = jb_out + p.depay_delay

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 
@@ -120,40 +121,48 @@ def _stream_journeys(
     sent, extra, rtp_clock = None, {}, None
     if path.pid is not None:
         ts_path = mpegts_stages(table, columns, path_probes, path.pid)
-        stages, sent, extra = ts_path.stages, ts_path.sent, ts_path.extra
+        sent, extra = ts_path.sent, ts_path.extra
+        stages = [(p, suffix, _made(r)) for p, suffix, r in ts_path.stages]
     else:
-        ranges, rtp_clock = _ranges_along_path(path_probes, columns, path.ssrc)
-        stages = [(p, "", r) for p, r in zip(path_probes, ranges, strict=True)]
+        makers, rtp_clock = _ranges_along_path(path_probes, columns, path.ssrc)
+        stages = [(p, "", make) for p, make in zip(path_probes, makers, strict=True)]
     probes = [p for p, _, _ in stages]
-    ranges = [r for _, _, r in stages]
-    origin = ranges[0]
+    origin = stages[0][2]()
     if len(origin.start) == 0:
         return None
     # A video unit is a frame: the grid is the frames' own PTS, not a regular step.
     unit_start = np.unique(origin.start) if video else _unit_grid(origin, unit_ns)
     unit_end = unit_start + unit_ns - 1
     step = None if video else unit_ns
-    passages = parallel_map(lambda r: first_covering(r, unit_end, step), [*ranges, *extra.values()])
-    extra_times = dict(zip(extra, (t for t, _ in passages[len(ranges) :]), strict=True))
-    passages = passages[: len(ranges)]
-    times = [t for t, _ in passages]
-    threads = [thread for _, thread in passages]
+    # Column 0 is left for the capture instant; each probe's passages are written in place.
+    times_matrix = _column_matrix(len(unit_start), len(stages) + 1, np.int64)
+    threads_matrix = _column_matrix(len(unit_start), len(stages) + 1, np.int32)
+    outputs = [(times_matrix[:, k + 1], threads_matrix[:, k + 1]) for k in range(len(stages))]
+    makers = [_made(origin), *(make for _, _, make in stages[1:]), *map(_made, extra.values())]
+    outputs += [None] * len(extra)
+    passages = parallel_map(
+        lambda task: first_covering(task[0](), unit_end, step, out=task[1]),
+        list(zip(makers, outputs, strict=True)),
+    )
+    extra_times = dict(zip(extra, (t for t, _ in passages[len(stages) :]), strict=True))
     names = [p.name + suffix for p, suffix, _ in stages]
     klass = [p.klass for p in probes]
     kinds = [_segment_kind(a, b) for a, b in itertools.pairwise(probes)]
     if probes[0].factory in DEVICE_SOURCES:
         capture = device_capture_times(origin, unit_start)
     elif rtp_clock is None:
-        capture = _capture_times(table, probes[0], unit_start, times[0])
+        capture = _capture_times(table, probes[0], unit_start, times_matrix[:, 1])
     else:  # packets from elsewhere: their capture is the sender's to tell
         capture = None
-    if capture is not None:
-        times.insert(0, capture)
-        threads.insert(0, np.full(len(capture), MISSING, np.int32))
+    if capture is None:
+        times_matrix, threads_matrix = times_matrix[:, 1:], threads_matrix[:, 1:]
+    else:
+        times_matrix[:, 0] = capture
+        threads_matrix[:, 0] = MISSING
         names = [f"{names[0].rsplit(':', 1)[0]}:{CAPTURE}", *names]
         kinds = [CAPTURE, *kinds]
         klass = ["", *klass]
-    keep = _steady_window(times[-1])
+    keep = _steady_window(times_matrix[:, -1])
     domains = [table.processes[p.process].clock_domain for p in probes]
     journeys = Journeys(
         stream_id=_stream_id(probes, path.ssrc),
@@ -163,8 +172,8 @@ def _stream_journeys(
         probe_names=names,
         segment_kinds=kinds,
         unit_start=unit_start[keep],
-        times=_matrix(times, keep),
-        threads=_matrix(threads, keep),
+        times=times_matrix[keep],
+        threads=threads_matrix[keep],
         clock_domains=domains,
         probe_klass=klass,
         unit_is_frame=video,
@@ -203,15 +212,26 @@ def _frame_ns(origin: ProbeEvents) -> int | None:
     return int(np.median(np.diff(pts))) if len(pts) > 1 else None
 
 
+RangesMaker = Callable[[], Ranges]
+
+
+def _made(ranges: Ranges) -> RangesMaker:
+    """A maker of ranges already computed."""
+    return lambda: ranges
+
+
 def _ranges_along_path(
     probes: list[Probe], columns: _ProbeColumns, ssrc: int | None
-) -> tuple[list[Ranges], RtpClock | None]:
-    """Map every probe's events to media ranges, learning each mapping along the way.
+) -> tuple[list[RangesMaker], RtpClock | None]:
+    """For every probe, a function mapping its events to media ranges.
 
-    Where the path starts with packets (their sender was not traced), positions are
-    counted on their RTP clock, which is returned too.
+    The mappings are learned here, in path order (each from the probes before it);
+    the mapping itself is left to the returned functions, so that the probes' ranges
+    can be computed at once on several threads. Where the path starts with packets
+    (their sender was not traced), positions are counted on their RTP clock, which is
+    returned too.
     """
-    out: list[Ranges] = []
+    out: list[RangesMaker] = []
     table: PacketTable | None = None
     clock: RtpClock | None = None
     knots: tuple[np.ndarray, np.ndarray] | None = None
@@ -225,14 +245,14 @@ def _ranges_along_path(
                 table, clock = learn_rtp_clock_table(ev, ssrc, clock_rate(probes))
             elif table is None:
                 table = learn_packet_table(ev, ssrc)
-            out.append(rtp_ranges(ev, table, ssrc))
+            out.append(partial(rtp_ranges, ev, table, ssrc))
             last_rtp, knots = ev, None
         elif probe.process == origin_process or table is None:
-            out.append(raw_ranges(ev))
+            out.append(partial(raw_ranges, ev))
         else:
             if knots is None and last_rtp is not None:
                 knots = receiver_knots(last_rtp, table, ssrc)
-            out.append(mapped_ranges(ev, knots) if knots else empty_ranges())
+            out.append(partial(mapped_ranges, ev, knots) if knots else empty_ranges)
     return out, clock
 
 
@@ -261,12 +281,9 @@ def _steady_window(last_probe: np.ndarray) -> slice:
     return slice(reached[0], reached[-1] + 1) if len(reached) else slice(0, 0)
 
 
-def _matrix(columns: list[np.ndarray], rows: slice) -> np.ndarray:
-    """A (units, probes) matrix of the columns' rows, stored column by column."""
-    out = np.empty((len(columns[0][rows]), len(columns)), columns[0].dtype, order="F")
-    for j, column in enumerate(columns):
-        out[:, j] = column[rows]
-    return out
+def _column_matrix(rows: int, columns: int, dtype: type) -> np.ndarray:
+    """An uninitialised (units, probes) matrix stored column by column."""
+    return np.empty((rows, columns), dtype, order="F")
 
 
 DEVICE_SOURCES = {"jackaudiosrc", "pulsesrc", "alsasrc", "pipewiresrc", "osssrc", "oss4src"}

@@ -228,17 +228,25 @@ def _non_decreasing(values: np.ndarray) -> bool:
 
 
 def first_covering(
-    ranges: Ranges, positions: np.ndarray, grid_step: int | None = None
+    ranges: Ranges,
+    positions: np.ndarray,
+    grid_step: int | None = None,
+    out: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """For each position, the time (and thread) of the earliest event whose range covers it.
 
     ``positions`` are sorted; ``grid_step``, if given, says they are evenly
     spaced by that many ns (which makes the search linear). Returns
-    ``(t_ns, thread)`` with MISSING where no event covers the position.
+    ``(t_ns, thread)`` (int64, int32) with MISSING where no event covers the
+    position, written into ``out`` if given.
     """
+    if out is None:
+        out = (np.empty(len(positions), np.int64), np.empty(len(positions), np.int32))
+    t_out, thr_out = out
     if len(ranges.start) == 0 or len(positions) == 0:
-        missing = np.full(len(positions), MISSING, np.int64)
-        return missing, missing.astype(np.int32)
+        t_out[:] = MISSING
+        thr_out[:] = MISSING
+        return t_out, thr_out
     start, end, t_ns, thread = ranges.start, ranges.end, ranges.t_ns, ranges.thread
     if not (_non_decreasing(start) and _non_decreasing(t_ns)):  # else already in order
         order = np.lexsort((t_ns, start))
@@ -252,8 +260,11 @@ def first_covering(
     covered = idx >= 0
     np.maximum(idx, 0, out=idx)
     covered &= positions < end[idx]
-    t_out = np.where(covered, t_ns[idx], MISSING)
-    thr_out = np.where(covered, thread[idx], np.int32(MISSING))
+    np.take(t_ns, idx, out=t_out, mode="clip")
+    np.take(thread.astype(np.int32, copy=False), idx, out=thr_out, mode="clip")
+    uncovered = ~covered
+    t_out[uncovered] = MISSING
+    thr_out[uncovered] = MISSING
     return t_out, thr_out
 
 
