@@ -32,6 +32,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from latlab.lab import links as emulated
+from latlab.lab import netem
 from latlab.lab.signals import signals_deferred, sigterm_raises
 
 if TYPE_CHECKING:
@@ -184,8 +185,10 @@ class Lab:
         run_dir: Path | None = None,
         link_configs: Sequence[Mapping[str, Any] | None] = (),
         exited: threading.Event | None = None,
+        link_backends: Sequence[str] = (),
     ) -> None:
-        """``link_configs[i]``: emulator configuration of link ``i`` (None: direct veth).
+        """``link_configs[i]``: emulator configuration of link ``i`` (None: direct veth);
+        ``link_backends[i]``: the scenario's ``backend`` for it (default latlab-linkemu).
 
         Emulated links log to ``run_dir/links/`` (a new temporary directory without
         ``run_dir``); ``exited`` is set when an emulator exits.
@@ -199,7 +202,13 @@ class Lab:
         self.link_configs = list(link_configs) + [None] * (len(links) - len(link_configs))
         self.run_dir = run_dir
         self.exited = exited
+        self.link_backends = list(link_backends) + [emulated.BACKEND_EMULATOR] * (
+            len(links) - len(link_backends)
+        )
         self.emulators: dict[int, emulated.Emulator] = {}
+        self.netem_links: dict[int, netem.NetemLink] = {}
+        self._netem_missing: str | None = None
+        self._netem_probed = False
         self._check_router_names()
         self._created: list[str] = []
         self._stack = ExitStack()
@@ -224,6 +233,7 @@ class Lab:
             links,
             run_dir=run_dir,
             link_configs=configs,
+            link_backends=[link.backend for link in scenario.links],
             exited=exited,
             owner_pid=owner_pid,
         )
@@ -264,6 +274,8 @@ class Lab:
         return {"hosts": hosts, "links": links}
 
     def _describe_backend(self, plan: LinkPlan) -> dict[str, Any]:
+        if plan.index in self.netem_links:
+            return self.netem_links[plan.index].describe()
         emulator = self.emulators.get(plan.index)
         if emulator is not None:
             return emulator.describe(self.run_dir)
@@ -276,7 +288,9 @@ class Lab:
         """LabError naming the link if an emulator has died."""
         try:
             emulated.check_emulators(list(self.emulators.values()))
-        except emulated.LinkError as exc:
+            for link in self.netem_links.values():
+                link.check()
+        except (emulated.LinkError, netem.NetemError) as exc:
             raise LabError(str(exc)) from None
 
     def up(self) -> Lab:
@@ -298,6 +312,8 @@ class Lab:
         with signals_deferred():
             for emulator in self.emulators.values():
                 emulator.stop()
+            for link in self.netem_links.values():
+                link.stop()
             errors = []
             while self._created:
                 namespace = self._created[-1]
@@ -343,12 +359,41 @@ class Lab:
     def _add_link(self, link: LinkPlan) -> None:
         ns_a, ns_b = self.namespace(link.a), self.namespace(link.b)
         config = self.link_configs[link.index]
-        if config is not None:
+        if config is not None and not self._through_netem(link):
             self._add_router(link, config)
             return
         ip("link", "add", "name", link.veth_a, "netns", ns_a, "type", "veth",
            "peer", "name", link.veth_b, "netns", ns_b)  # fmt: skip
         self._address_hosts(link)
+        if config is not None:
+            self._add_netem(link, config)
+
+    def _through_netem(self, link: LinkPlan) -> bool:
+        """Whether an impaired link uses netem: asked for, or ``auto`` and the kernel has it."""
+        backend = self.link_backends[link.index]
+        if backend == emulated.BACKEND_EMULATOR:
+            return False
+        if not self._netem_probed:  # once per lab, on a namespace it created
+            self._netem_missing = netem.netem_missing(self.namespace(link.a))
+            self._netem_probed = True
+        if backend == netem.BACKEND_NETEM and self._netem_missing is not None:
+            raise LabError(
+                f"links[{link.index}] ({link.a}-{link.b}): backend netem, but this kernel cannot "
+                f'run it ({self._netem_missing}); use backend = "latlab-linkemu" or "auto"'
+            )
+        return self._netem_missing is None
+
+    def _add_netem(self, link: LinkPlan, config: Mapping[str, Any]) -> None:
+        """The impairment as netem (+ tbf) qdiscs on the egress of both veth ends."""
+        ends = [(self.namespace(link.a), link.veth_a), (self.namespace(link.b), link.veth_b)]
+        try:
+            for namespace, dev in ends:
+                emulated.disable_offloads(namespace, dev)  # one packet is one packet
+            netem_link = netem.NetemLink(f"{link.a}-{link.b}", ends, config)
+            netem_link.start()
+        except (emulated.LinkError, netem.NetemError) as exc:
+            raise LabError(str(exc)) from None
+        self.netem_links[link.index] = netem_link
 
     def _address_hosts(self, link: LinkPlan) -> None:
         ns_a, ns_b = self.namespace(link.a), self.namespace(link.b)

@@ -88,7 +88,8 @@ IMPAIRMENT_KEYS = (
     "reorder_pct",
     "duplicate_pct",
 )
-LINK_KEYS = ("between", *IMPAIRMENT_KEYS, "reverse", "schedule")
+LINK_KEYS = ("between", "backend", *IMPAIRMENT_KEYS, "reverse", "schedule")
+LINK_BACKENDS = ("latlab-linkemu", "netem", "auto")  # auto: netem where the kernel has it
 SCHEDULE_KEYS = ("at_s", "direction", *IMPAIRMENT_KEYS)
 PERCENT_KEYS = ("loss_pct", "ge_p", "ge_r", "ge_h", "ge_k", "reorder_pct", "duplicate_pct")
 GE_KEYS = ("ge_p", "ge_r", "ge_h", "ge_k")
@@ -161,6 +162,7 @@ class Link:
     impairment: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     reverse: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     schedule: tuple[Mapping[str, Any], ...] = ()
+    backend: str = LINK_BACKENDS[0]  # which emulator an impaired link goes through
 
     @property
     def between(self) -> tuple[str, str]:
@@ -607,8 +609,13 @@ class _Parser:
         reverse = self.impairment(reverse_table, f"{where}.reverse")
         self.check_model({**forward, **reverse}, reverse, f"{where}.reverse")
         schedule = self.schedule(table.get("schedule", []), where, duration, forward, reverse)
+        backend = table.get("backend", LINK_BACKENDS[0])
+        if backend not in LINK_BACKENDS:
+            raise self.fail(f"{where}.backend", f"unknown backend {backend!r} "
+                            f"(known: {', '.join(LINK_BACKENDS)})")  # fmt: skip
         return Link(a=between[0], b=between[1], impairment=MappingProxyType(forward),
-                    reverse=MappingProxyType(reverse), schedule=schedule)  # fmt: skip
+                    reverse=MappingProxyType(reverse), schedule=schedule,
+                    backend=backend)  # fmt: skip
 
     def impairment(self, table: dict[str, Any], where: str) -> dict[str, Any]:
         """The impairment keys of ``table``, each checked on its own."""

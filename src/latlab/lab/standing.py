@@ -107,6 +107,7 @@ def lab_up(scenario_file: Path, out_dir: Path | None = None) -> dict[str, Any]:
     with sigterm_raises():
         lab.up()
         try:
+            _refuse_netem_schedules(lab)
             state = _state(lab, scenario_file, scenario.name, out_dir)
             state_dir().mkdir(parents=True, exist_ok=True)
             rundir.write_json(state_path(), state)
@@ -116,6 +117,17 @@ def lab_up(scenario_file: Path, out_dir: Path | None = None) -> dict[str, Any]:
             raise
     atexit.unregister(lab.down)  # the lab outlives this command
     return state
+
+
+def _refuse_netem_schedules(lab: Lab) -> None:
+    """LabError for a netem link with a schedule: once ``lab up`` returns, nothing is left
+    to apply the changes (latlab-linkemu applies its own)."""
+    for index, link in lab.netem_links.items():
+        if link.config.get("schedule"):
+            raise LabError(
+                f"links[{index}] ({link.name}): a standing lab cannot follow a schedule "
+                'through netem; use backend = "latlab-linkemu" for this link'
+            )
 
 
 def _make_lab(scenario: Any, out_dir: Path) -> Lab:
