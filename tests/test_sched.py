@@ -94,10 +94,18 @@ def _children_named(comm: str) -> list[int]:
 
 
 def _kernel_policies(pid: int) -> dict[int, tuple[int, int]]:
-    """(policy, prio) of each thread from /proc/PID/task/TID/sched."""
-    out = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        text = (task / "sched").read_text()
+    """(policy, prio) of each thread from /proc/PID/task/TID/sched (those still there:
+    the poll races the process's exit and its threads' own)."""
+    out: dict[int, tuple[int, int]] = {}
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return out
+    for task in tasks:
+        try:
+            text = (task / "sched").read_text()
+        except OSError:
+            continue
         policy = int(re.search(r"^policy\s+:\s+(\d+)", text, re.M).group(1))
         prio = int(re.search(r"^prio\s+:\s+(-?\d+)", text, re.M).group(1))
         out[int(task.name)] = (policy, prio)
