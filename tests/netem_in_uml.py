@@ -15,14 +15,9 @@ from pathlib import Path
 
 from latlab.lab.netns import Lab, list_namespaces
 from latlab.lab.scenario import parse_scenario
+from tests.conftest import two_hosts
 
-SCENARIO = """
-name = "netem-in-uml"
-duration_s = 30
-[hosts.tx]
-[hosts.rx]
-[[links]]
-between = ["tx", "rx"]
+LINK = """\
 backend = "netem"
 delay_ms = 20
 [[links.schedule]]
@@ -30,10 +25,8 @@ at_s = 2
 direction = "forward"
 delay_ms = 30
 loss_pct = 25
-[processes.idle]
-host = "rx"
-command = ["true"]
 """
+IDLE = "fakesrc ! fakesink"  # no process is started: the lab alone
 RTT = re.compile(r"icmp_seq=(\d+) .*time=([0-9.]+) ms")
 
 
@@ -46,7 +39,8 @@ def ping(lab: Lab, count: int, interval_s: float) -> dict[str, object]:
 
 
 def main(out: Path) -> None:
-    scenario = parse_scenario(SCENARIO, "netem-in-uml.toml")
+    text = two_hosts(IDLE, IDLE, name="netem-in-uml", duration=10, link_keys=LINK)
+    scenario = parse_scenario(text, "netem-in-uml.toml")
     seen: dict[str, object] = {}
     with Lab.from_scenario(scenario) as lab:
         seen["before"] = ping(lab, 20, 0.05)

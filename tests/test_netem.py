@@ -21,24 +21,19 @@ import pytest
 from latlab.lab.netem import netem_args, netem_missing, qdisc_commands, tbf_args
 from latlab.lab.netns import Lab, LabError, list_namespaces
 from latlab.lab.scenario import ScenarioError, parse_scenario
+from tests.conftest import two_hosts
 
 REPO = Path(__file__).resolve().parents[1]
 UML = shutil.which("linux.uml")
 UML_MODULES = Path("/usr/lib/uml/modules")
 root = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 
-LINK = """
-name = "netem"
-duration_s = 5
-[hosts.tx]
-[hosts.rx]
-[[links]]
-between = ["tx", "rx"]
-{link}
-[processes.idle]
-host = "rx"
-command = ["true"]
-"""
+IDLE = "fakesrc ! fakesink"  # the lab tests start no process
+
+
+def with_link(link_keys: str) -> str:
+    """A two-host scenario whose link has ``link_keys``."""
+    return two_hosts(IDLE, IDLE, name="netem", link_keys=link_keys)
 
 
 def test_netem_arguments_follow_the_linkemu_model() -> None:
@@ -78,7 +73,7 @@ def test_bottleneck_is_a_tbf_under_netem() -> None:
 
 
 def test_unknown_backend_is_one_line() -> None:
-    text = LINK.format(link='backend = "tc"\ndelay_ms = 5')
+    text = with_link('backend = "tc"\ndelay_ms = 5')
     with pytest.raises(ScenarioError) as error:
         parse_scenario(text, "n.toml")
     assert str(error.value) == (
@@ -95,11 +90,11 @@ def _kernel_has_netem() -> bool:
 def test_without_netem_auto_uses_the_emulator_and_netem_is_refused() -> None:
     if _kernel_has_netem():
         pytest.skip("this kernel has sch_netem")
-    auto = parse_scenario(LINK.format(link='backend = "auto"\ndelay_ms = 5'), "a.toml")
+    auto = parse_scenario(with_link('backend = "auto"\ndelay_ms = 5'), "a.toml")
     with Lab.from_scenario(auto) as lab:
         assert lab.describe()["links"][0]["backend"] == "latlab-linkemu"
         assert lab.emulators and not lab.netem_links
-    forced = parse_scenario(LINK.format(link='backend = "netem"\ndelay_ms = 5'), "n.toml")
+    forced = parse_scenario(with_link('backend = "netem"\ndelay_ms = 5'), "n.toml")
     lab = Lab.from_scenario(forced)
     names = [lab.namespace(h) for h in lab.hosts]
     with pytest.raises(LabError) as error:

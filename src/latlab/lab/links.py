@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from latlab.lab.process import ChildProcess
+from latlab.lab.process import ChildProcess, failure_line
 
 if TYPE_CHECKING:
     from latlab.lab.netns import LinkPlan
@@ -116,8 +116,7 @@ def steer_receive_away(namespace: str, iface: str, cpu: int) -> None:
     result = subprocess.run(argv, input=f"{mask:x}\n", capture_output=True, text=True,
                             check=False)  # fmt: skip
     if result.returncode != 0:
-        message = " ".join(result.stderr.split()) or f"exit code {result.returncode}"
-        raise LinkError(f"steering {iface}'s receive work (RPS): {message}")
+        raise LinkError(f"steering {iface}'s receive work (RPS): {failure_line(result)}")
 
 
 def disable_offloads(namespace: str, iface: str) -> None:
@@ -128,8 +127,7 @@ def disable_offloads(namespace: str, iface: str) -> None:
     argv = ["ip", "netns", "exec", namespace, ethtool, "-K", iface, *OFFLOADS]
     result = subprocess.run(argv, capture_output=True, text=True, check=False)
     if result.returncode not in (0, 80):  # 80: some feature cannot change (already off)
-        message = " ".join(result.stderr.split()) or f"exit code {result.returncode}"
-        raise LinkError(f"ethtool -K {iface}: {message}")
+        raise LinkError(f"ethtool -K {iface}: {failure_line(result)}")
 
 
 class Emulator:

@@ -24,6 +24,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from latlab.lab.process import failure_line
+
 BACKEND_NETEM = "netem"
 NETEM_LIMIT = 100_000  # packets netem may hold: it never drops for lack of room itself
 TBF_BURST = 1540  # bytes: one full Ethernet frame (tbf drops packets larger than its burst)
@@ -100,9 +102,7 @@ def _run(argv: Sequence[str]) -> str | None:
         result = subprocess.run(list(argv), capture_output=True, text=True, check=False)
     except OSError as exc:
         return f"{argv[0]}: {exc.strerror or exc}"
-    if result.returncode == 0:
-        return None
-    return " ".join(result.stderr.split()) or f"exit code {result.returncode}"
+    return None if result.returncode == 0 else failure_line(result)
 
 
 def netem_missing(namespace: str) -> str | None:

@@ -27,12 +27,14 @@ import threading
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from latlab.lab import links as emulated
 from latlab.lab import netem
+from latlab.lab.process import failure_line
 from latlab.lab.signals import signals_deferred, sigterm_raises
 
 if TYPE_CHECKING:
@@ -97,8 +99,7 @@ def ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     """Run ``ip ARGS...``; on failure (with ``check``) raise LabError with its message."""
     result = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
     if check and result.returncode != 0:
-        message = " ".join(result.stderr.split()) or f"exit code {result.returncode}"
-        raise LabError(f"ip {' '.join(args)}: {message}")
+        raise LabError(f"ip {' '.join(args)}: {failure_line(result)}")
     return result
 
 
@@ -207,8 +208,6 @@ class Lab:
         )
         self.emulators: dict[int, emulated.Emulator] = {}
         self.netem_links: dict[int, netem.NetemLink] = {}
-        self._netem_missing: str | None = None
-        self._netem_probed = False
         self._check_router_names()
         self._created: list[str] = []
         self._stack = ExitStack()
@@ -373,15 +372,18 @@ class Lab:
         backend = self.link_backends[link.index]
         if backend == emulated.BACKEND_EMULATOR:
             return False
-        if not self._netem_probed:  # once per lab, on a namespace it created
-            self._netem_missing = netem.netem_missing(self.namespace(link.a))
-            self._netem_probed = True
         if backend == netem.BACKEND_NETEM and self._netem_missing is not None:
             raise LabError(
                 f"links[{link.index}] ({link.a}-{link.b}): backend netem, but this kernel cannot "
                 f'run it ({self._netem_missing}); use backend = "latlab-linkemu" or "auto"'
             )
         return self._netem_missing is None
+
+    @cached_property
+    def _netem_missing(self) -> str | None:
+        """Why this kernel cannot run netem, or None; asked once, on a namespace the lab
+        created (the hosts' namespaces exist before any link)."""
+        return netem.netem_missing(self.namespace(self.hosts[0]))
 
     def _add_netem(self, link: LinkPlan, config: Mapping[str, Any]) -> None:
         """The impairment as netem (+ tbf) qdiscs on the egress of both veth ends."""

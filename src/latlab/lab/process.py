@@ -34,6 +34,11 @@ _ELEMENT_MESSAGE = re.compile(
 )
 
 
+def failure_line(result: subprocess.CompletedProcess[str]) -> str:
+    """A failed command's stderr as one line (its exit code if it printed nothing)."""
+    return " ".join(result.stderr.split()) or f"exit code {result.returncode}"
+
+
 @dataclass
 class ChildProcess:
     """A child started with stdout read line by line (to detect readiness) and logged."""
