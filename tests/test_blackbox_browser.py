@@ -3,13 +3,14 @@ signal, bob's AudioWorklet tap records what he receives (scenarios/webrtc-blackb
 
 Capture is timed by Chromium's own trace (one capture call per 10 ms period of the
 file), the recording by the AudioContext's output timestamps. A delay planted on the
-link must move the black box by that much, once NetEq's adaptive buffer is taken out.
+link during the call must move the black box by that much, once NetEq's buffer is
+taken out.
 """
 
 from __future__ import annotations
 
 import json
-import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -19,13 +20,17 @@ import pytest
 from latlab.analysis.blackbox import CODES_FILE, INJECT_LOG, SIGNAL_DIR
 from latlab.ingest.browser_records import read_browser_log
 from latlab.ingest.browser_signal import BrowserSignalError, write_recording
+from latlab.lab.runner import run_scenario
 from latlab.lab.scenario import ScenarioError, parse_scenario
-from tests.conftest import delay_sweep
+from latlab.pipeline import analyze_run
 from tests.test_browser_lab import lab
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "webrtc-blackbox.toml"
-RESIDUAL_MS = 7.0  # audio buffers besides NetEq's line up differently per run (27.2, 32.2 seen)
+BOB = '[processes.bob]\nhost = "b"\nbrowser = "chromium"'
+STEP_AT_S = 7  # after the link came up: the call has run a few seconds by then
+JITTERBUFFER_TARGET_MS = 60  # bob's NetEq is held here (on this link it settles at 20-40)
+PLAYOUT_PERIOD_MS = 10.0  # NetEq counts its buffer in 10 ms ticks; bob plays 10 ms per pull
 
 
 def test_a_capturing_browser_cannot_also_name_its_own_file() -> None:
@@ -53,65 +58,151 @@ def test_page_records_without_audio_or_timestamps_are_one_line(tmp_path: Path) -
 
 
 @pytest.fixture(scope="module")
-def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[float, tuple[Path, dict]]:
-    """A two-point sweep of the shipped scenario: link delay 5 ms, then 35 ms."""
-    text = SCENARIO.read_text(encoding="utf-8").replace("delay_ms = 30", 'delay_ms = "${delay}"')
-    return delay_sweep(text, tmp_path_factory.mktemp("blackbox-browser") / "sweep", (5, 35), 8)
-
-
-@lab
-def test_every_code_crosses_the_call_and_capture_runs_in_real_time(planted: dict) -> None:
-    for run_dir, summary in planted.values():
-        box = summary["blackbox"]
-        assert box["codes"]["injected"] >= 35
-        # NetEq may damage the first code it plays (its start-up expand: the fresh-clone
-        # CI once lost code 0 to a 20 ms dip in the middle of it); once a code has come
-        # through, every later one must
-        codes = pq.read_table(run_dir / CODES_FILE).to_pydict()
-        counted = np.asarray(codes["in_window"])
-        found = counted & np.isfinite(np.asarray(codes["record_ns"], dtype=np.float64))
-        first_found = int(np.argmax(found))
-        assert found[first_found:].sum() == counted[first_found:].sum()
-        assert first_found - int(np.argmax(counted)) <= 1
-        assert box["codes"]["matched_to_units"] == box["codes"]["found"]
-        assert box["span"] == {"from": "alice/capture", "to": "bob/receiver-transform"}
-        # the probes end at bob's receiver transform: his jitter buffer, decoding and
-        # playout are time they do not see
-        assert box["unexplained"]["min_ms"] > 10.0
-        calls = pq.read_table(run_dir / SIGNAL_DIR / INJECT_LOG).column("time_ns").to_numpy()
-        per_call_ms = (calls[-1] - calls[0]) / (len(calls) - 1) / 1e6
-        assert per_call_ms == pytest.approx(10.0, rel=1e-3)
-
-
-def _settled(run_dir: Path) -> tuple[float, float]:
-    """Over the second half of the codes (after NetEq's first adaptation): the median
-    black box, and NetEq's own mean jitter-buffer delay over the same stretch (from bob's
-    getStats: jitterBufferDelay / jitterBufferEmittedCount), both in ms."""
-    codes = pq.read_table(run_dir / CODES_FILE).to_pydict()
-    rows = [
-        (box, at) for box, at, counted
-        in zip(codes["black_box_ms"], codes["record_ns"], codes["in_window"], strict=True)
-        if counted and not math.isnan(box)
-    ]  # fmt: skip
-    half = rows[len(rows) // 2 :]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    ssrc = int(summary["blackbox"]["stream"].split("ssrc=")[1], 16)
-    log = read_browser_log(run_dir / "browsers" / "bob.jsonl")
-    stats = log.stats_counters(
-        "inbound-rtp", ssrc, ("jitterBufferDelay", "jitterBufferEmittedCount")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """One run of the shipped scenario whose link delay steps from 5 to 35 ms midway,
+    with bob's jitter buffer held to a target (so that NetEq settles on one level)."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    text = (
+        SCENARIO.read_text(encoding="utf-8")
+        .replace(
+            "delay_ms = 30",
+            f"delay_ms = 5\n\n[[links.schedule]]\nat_s = {STEP_AT_S}\ndelay_ms = 35",
+        )
+        .replace(BOB, f"{BOB}\njitterbuffer_ms = {JITTERBUFFER_TARGET_MS}")
     )
-    inside = stats[(stats[:, 0] >= half[0][1]) & (stats[:, 0] <= half[-1][1])]
-    delay_s, emitted = inside[-1, 1:] - inside[0, 1:]
-    return float(np.median([box for box, _ in half])), 1000.0 * delay_s / emitted
+    scenario = parse_scenario(text, "planted.toml").with_duration(12)
+    out = tmp_path_factory.mktemp("blackbox-browser") / "run"
+    run_scenario(scenario, out, progress=False)
+    summary, _, _ = analyze_run(out)
+    return out, summary
 
 
 @lab
-def test_planted_link_delay_moves_the_black_box(planted: dict) -> None:
-    """The probes see the planted 30 ms exactly. The black box also holds NetEq's
-    adaptive buffer, which settles differently in two runs (its delay differed by 10 ms
-    between the two points in one CI run, making the black box move by only 17 ms); less
-    the buffer delay NetEq itself reports over the same codes, it moves by the 30 ms."""
-    (box_5, buffer_5), (box_35, buffer_35) = _settled(planted[5.0][0]), _settled(planted[35.0][0])
-    assert (box_35 - buffer_35) - (box_5 - buffer_5) == pytest.approx(30.0, abs=RESIDUAL_MS)
-    probed = {d: s["blackbox"]["probed"]["p50_ms"] for d, (_, s) in planted.items()}
-    assert probed[35.0] - probed[5.0] == pytest.approx(30.0, abs=1.0)
+def test_every_code_crosses_the_call_and_capture_runs_in_real_time(planted: tuple) -> None:
+    run_dir, summary = planted
+    box = summary["blackbox"]
+    assert box["codes"]["injected"] >= 50
+    assert box["codes"]["matched_to_units"] == box["codes"]["found"]
+    assert box["span"] == {"from": "alice/capture", "to": "bob/receiver-transform"}
+    # the probes end at bob's receiver transform: his jitter buffer, decoding and
+    # playout are time they do not see
+    assert box["unexplained"]["min_ms"] > 10.0
+    calls = pq.read_table(run_dir / SIGNAL_DIR / INJECT_LOG).column("time_ns").to_numpy()
+    per_call_ms = (calls[-1] - calls[0]) / (len(calls) - 1) / 1e6
+    assert per_call_ms == pytest.approx(10.0, rel=1e-3)
+
+
+@lab
+def test_codes_go_missing_only_where_the_audio_was_altered(planted: tuple) -> None:
+    """NetEq conceals lost or late audio and stretches time to steer its buffer, and
+    the browser's playout path may insert or drop audio that no stat reports; a code
+    played through that may be damaged (one CI run lost code 0 to a 20 ms dip of NetEq's
+    start-up expand, another code 2 while NetEq slowed playout to reach its target, and
+    a run here code 18 where 10 ms were inserted with no NetEq stat moving). Every other
+    code must come through, and at least half play undisturbed (NetEq once sped up for
+    3 s to shed a start-up delay of 200 ms)."""
+    run_dir, _ = planted
+    codes = pq.read_table(run_dir / CODES_FILE).to_pydict()
+    counted = np.asarray(codes["in_window"])
+    found = counted & np.isfinite(np.asarray(codes["record_ns"], dtype=np.float64))
+    altered = _neteq_altered(run_dir, codes) | _playout_jumped(codes)
+    assert not (counted & ~found & ~altered).any()
+    assert (counted & altered).sum() <= counted.sum() // 2
+
+
+def _playout_jumped(codes: dict[str, list]) -> np.ndarray:
+    """Per code: whether the black box of the codes played either side of it differs
+    by more than 1 ms, i.e. audio was inserted or dropped between them."""
+    box = np.asarray(codes["black_box_ms"], dtype=np.float64)
+    played = np.flatnonzero(np.isfinite(box))
+    every = np.arange(len(box))
+    before = np.searchsorted(played, every, side="left") - 1
+    after = np.searchsorted(played, every, side="right")
+    inside = (before >= 0) & (after < len(played))
+    jumped = np.zeros(len(box), dtype=bool)
+    gap = box[played[after[inside]]] - box[played[before[inside]]]
+    jumped[inside] = np.abs(gap) > 1.0
+    return jumped
+
+
+def _neteq_altered(run_dir: Path, codes: dict[str, list]) -> np.ndarray:
+    """Per code: whether bob's NetEq concealed, slowed or sped up audio (getStats:
+    concealedSamples, insertedSamplesForDeceleration, removedSamplesForAcceleration)
+    between its stats samples around the code's playout (within 100 ms), or played it
+    before bob reported any stats. A missing code is placed by its neighbours' delay."""
+    inject = np.asarray(codes["inject_ns"], dtype=np.float64)
+    box = np.asarray(codes["black_box_ms"], dtype=np.float64)
+    played = np.isfinite(box)
+    playout = inject + 1e6 * np.interp(inject, inject[played], box[played])
+    counters = (
+        "concealedSamples",
+        "insertedSamplesForDeceleration",
+        "removedSamplesForAcceleration",
+    )
+    stats = read_browser_log(run_dir / "browsers" / "bob.jsonl").stats_counters(
+        "inbound-rtp", _ssrc(run_dir), counters
+    )
+    changed = stats[:, 1:].sum(axis=1)
+    before = np.searchsorted(stats[:, 0], playout - 100e6, side="right") - 1
+    after = np.minimum(np.searchsorted(stats[:, 0], playout + 100e6), len(stats) - 1)
+    return (before < 0) | (changed[after] > changed[np.maximum(before, 0)])
+
+
+def _ssrc(run_dir: Path) -> int:
+    """The SSRC of the stream the black box followed."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    return int(summary["blackbox"]["stream"].split("ssrc=")[1], 16)
+
+
+def _per_code(run_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per code bob played (and the probes followed): the black box, the probed time,
+    and NetEq's own mean jitter-buffer delay and target since the code before (bob's
+    getStats counters jitterBufferDelay and jitterBufferTargetDelay per
+    jitterBufferEmittedCount, taken at each code's playout instant), all in ms."""
+    codes = pq.read_table(run_dir / CODES_FILE).to_pydict()
+    box, probed, at = (
+        np.asarray(codes[key], dtype=np.float64)
+        for key in ("black_box_ms", "probed_ms", "record_ns")
+    )
+    kept = np.asarray(codes["in_window"]) & np.isfinite(box) & np.isfinite(probed)
+    box, probed, at = box[kept], probed[kept], at[kept]
+    log = read_browser_log(run_dir / "browsers" / "bob.jsonl")
+    counters = ("jitterBufferDelay", "jitterBufferTargetDelay", "jitterBufferEmittedCount")
+    stats = log.stats_counters("inbound-rtp", _ssrc(run_dir), counters)
+    delay_s, target_s, emitted = (
+        np.diff(np.interp(at, stats[:, 0], stats[:, column])) for column in (1, 2, 3)
+    )
+    return box[1:], probed[1:], 1000.0 * delay_s / emitted, 1000.0 * target_s / emitted
+
+
+@lab
+def test_planted_link_delay_moves_the_black_box(planted: tuple) -> None:
+    """The link delay steps up by 30 ms during the call, and the probes see it. The
+    black box also holds NetEq's buffer, which takes up such a step as it likes: in
+    some runs it plays on at the same delay and its buffer shrinks by the 30 ms, in
+    others it stretches time to keep its level. Less the buffer delay NetEq itself
+    reports for the same codes, the black box moves as the probes do, up to what NetEq's
+    stats cannot tell: they count its packet buffer in 10 ms ticks and leave out its
+    sync buffer (decoded audio waiting for the next 10 ms pull), and the playout path
+    may insert a 10 ms chunk no stat reports (once seen, at the step). So the two may
+    differ by up to two 10 ms periods (in seven runs: -1.6 to +9.8 ms; a step down,
+    which makes NetEq speed up, gave -1.3 to +13.0 ms in four). Between NetEq's moves
+    the black box holds still to a fraction of a millisecond."""
+    run_dir, _ = planted
+    box, probed, buffer, target = _per_code(run_dir)
+    assert np.median(target[len(target) // 2 :]) == pytest.approx(JITTERBUFFER_TARGET_MS, abs=0.5)
+    assert np.median(np.abs(np.diff(box))) < 0.1  # 0.012-0.021 ms in eleven runs
+    after = probed > probed.min() + 15.0
+    # settled: the second half of the codes before the step, and of those after it
+    before_step, after_step = (np.flatnonzero(side)[side.sum() // 2 :] for side in (~after, after))
+    assert len(before_step) >= 4 and len(after_step) >= 10
+    step = {name: np.median(v[after_step]) - np.median(v[before_step])
+            for name, v in (("probed", probed), ("rest", box - buffer - probed))}  # fmt: skip
+    # per code, the probed time also holds alice's encoder, which varies by about 1 ms
+    assert step["probed"] == pytest.approx(30.0, abs=2.0)
+    assert abs(step["rest"]) <= 2 * PLAYOUT_PERIOD_MS + 0.5
+    run = json.loads((run_dir / "run.json").read_text())
+    (bob,) = [p["browser"] for p in run["processes"] if p["name"] == "bob"]
+    assert bob["jitterbuffer_ms"] == JITTERBUFFER_TARGET_MS
+    assert f"jitterbuffer_ms={JITTERBUFFER_TARGET_MS}" in bob["url"]

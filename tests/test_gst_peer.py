@@ -237,9 +237,13 @@ def test_peer_program_crash_is_one_line_naming_it(tmp_path: Path) -> None:
         ('webrtc = "gstreamer"\naudio_caps = "video/x-raw"',
          "processes.bob.audio_caps: must be raw audio caps"),
         ('webrtc = "gstreamer"\njitterbuffer_ms = -1',
-         "processes.bob.jitterbuffer_ms: must be an integer >= 0"),
+         "processes.bob.jitterbuffer_ms: must be an integer from 0 to 1000000, not -1"),
         ('pipeline = "fakesrc ! fakesink"\njitterbuffer_ms = 10',
-         "processes.bob.jitterbuffer_ms: applies only to a webrtc process"),
+         "processes.bob.jitterbuffer_ms: applies only to a browser or webrtc process"),
+        ('browser = "chromium"\njitterbuffer_ms = 5000',
+         "processes.bob.jitterbuffer_ms: must be an integer from 0 to 4000, not 5000"),
+        ('browser = "chromium"\naudio_caps = "audio/x-raw"',
+         "processes.bob: 'audio_caps' does not apply to a browser process"),
     ],
 )  # fmt: skip
 def test_scenario_errors(bob: str, error: str) -> None:

@@ -425,6 +425,8 @@ class BrowserLab:
         }
         if proc.name in self.recorders:
             query["record"] = "1"
+        if proc.jitterbuffer_ms is not None:
+            query["jitterbuffer_ms"] = str(proc.jitterbuffer_ms)
         return f"{self.server_url(proc.host)}/?{urlencode(query)}"
 
     def audio_file(self, proc: Process) -> Path:
@@ -625,6 +627,7 @@ class BrowserLab:
             "audio_file": str(self.audio_file(proc)) if self.default_audio or proc.audio_file
             else None,
             "audio_processing": proc.audio_processing,
+            "jitterbuffer_ms": proc.jitterbuffer_ms,
             "user_data_dir": str((self.records_dir / PROFILES_DIR / proc.name)
                                  .relative_to(self.run_dir)),
             "records": f"{BROWSERS_DIR}/{proc.name}.jsonl",

@@ -22,8 +22,9 @@ A scenario is a TOML file::
     pipeline = "audiotestsrc is-live=true ! ... ! udpsink host=${hosts.rx.addr} port=5004"
 
 A process may instead be a browser (``browser = "chromium"``, optional ``audio_file``
-relative to the scenario file, ``audio_processing``, ``browser_args``); browsers make
-1:1 WebRTC calls, ``[calls.NAME] between = ["caller", "callee"]`` (optional
+relative to the scenario file, ``audio_processing``, ``browser_args``,
+``jitterbuffer_ms``: the target its jitter buffers are held to); browsers make 1:1
+WebRTC calls, ``[calls.NAME] between = ["caller", "callee"]`` (optional
 ``timeout_s``: how long the pages may take to load and connect). A call's peer may also
 be the GStreamer webrtcbin peer (``webrtc = "gstreamer"``, optional ``audio_caps``: the
 raw caps of its test tone, ``jitterbuffer_ms``: webrtcbin's ``latency``), which runs
@@ -99,14 +100,20 @@ CHOICES = {
     "direction": ("forward", "reverse", "both"),
 }
 PROCESS_KEYS = ("host", "pipeline", "env", "command", "sched")
-BROWSER_KEYS = ("host", "browser", "audio_file", "audio_processing", "browser_args")
+BROWSER_KEYS = (
+    "host", "browser", "audio_file", "audio_processing", "browser_args", "jitterbuffer_ms",
+)  # fmt: skip
 BROWSERS = ("chromium",)
 WEBRTC_PEERS = ("gstreamer",)
 BROWSER_ONLY_KEYS = ("audio_file", "audio_processing", "browser_args")
 WEBRTC_KEYS = ("host", "webrtc", "audio_caps", "jitterbuffer_ms")
-WEBRTC_ONLY_KEYS = ("audio_caps", "jitterbuffer_ms")
+WEBRTC_ONLY_KEYS = {
+    "audio_caps": "a webrtc process",
+    "jitterbuffer_ms": "a browser or webrtc process",
+}
 WEBRTC_AUDIO_CAPS = "audio/x-raw,rate=48000,channels=1"
 WEBRTC_JITTERBUFFER_MS = 40
+BROWSER_JITTERBUFFER_MAX_MS = 4000  # the most RTCRtpReceiver.jitterBufferTarget takes
 CALL_KEYS = ("between", "timeout_s")
 CALL_TIMEOUT_S = 20.0
 HOST_ATTRS = ("addr",)
@@ -185,7 +192,9 @@ class Process:
     None: a test tone latlab generates) with the browser's audio processing on or off
     (``audio_processing``); ``browser_args`` are extra command-line flags. A WebRTC
     peer (``webrtc = "gstreamer"``: latlab's webrtcbin program) sends a tone of raw caps
-    ``audio_caps`` and receives through a jitter buffer of ``jitterbuffer_ms``.
+    ``audio_caps`` and receives through a jitter buffer of ``jitterbuffer_ms``. In a
+    browser, ``jitterbuffer_ms`` is the target its receivers' jitter buffers are held to
+    (``RTCRtpReceiver.jitterBufferTarget``; None: NetEq adapts on its own).
     """
 
     name: str
@@ -200,7 +209,7 @@ class Process:
     browser_args: tuple[str, ...] = ()
     webrtc: str = ""
     audio_caps: str = WEBRTC_AUDIO_CAPS
-    jitterbuffer_ms: int = WEBRTC_JITTERBUFFER_MS
+    jitterbuffer_ms: int | None = WEBRTC_JITTERBUFFER_MS
 
     @property
     def call_peer(self) -> str:
@@ -730,7 +739,7 @@ class _Parser:
                 raise self.fail(f"{where}.{key}", "applies only to a browser process")
         for key in WEBRTC_ONLY_KEYS:
             if key in table:
-                raise self.fail(f"{where}.{key}", "applies only to a webrtc process")
+                raise self.fail(f"{where}.{key}", f"applies only to {WEBRTC_ONLY_KEYS[key]}")
         if "pipeline" in table and "command" in table:
             raise self.fail(where, "give either 'pipeline' or 'command', not both")
         pipeline, command = "", ()
@@ -766,11 +775,7 @@ class _Parser:
         caps = self.string(table.get("audio_caps", WEBRTC_AUDIO_CAPS), f"{where}.audio_caps")
         if not caps.startswith("audio/x-raw"):
             raise self.fail(f"{where}.audio_caps", "must be raw audio caps (audio/x-raw,...)")
-        jitterbuffer = table.get("jitterbuffer_ms", WEBRTC_JITTERBUFFER_MS)
-        if isinstance(jitterbuffer, bool) or not isinstance(jitterbuffer, int) or jitterbuffer < 0:
-            raise self.fail(
-                f"{where}.jitterbuffer_ms", f"must be an integer >= 0, not {jitterbuffer!r}"
-            )
+        jitterbuffer = self.jitterbuffer_ms(table, where, WEBRTC_JITTERBUFFER_MS, 1_000_000)
         return Process(
             name=name, host=host, webrtc=peer, audio_caps=caps, jitterbuffer_ms=jitterbuffer
         )
@@ -782,7 +787,7 @@ class _Parser:
             raise self.fail(
                 f"{where}.browser", f"unknown browser '{browser}' (browsers: {', '.join(BROWSERS)})"
             )
-        for key in ("pipeline", "command", "env", "sched"):
+        for key in ("pipeline", "command", "env", "sched", "audio_caps"):
             if key in table:
                 raise self.fail(where, f"'{key}' does not apply to a browser process")
         audio_file = None
@@ -808,7 +813,21 @@ class _Parser:
             audio_file=audio_file,
             audio_processing=processing,
             browser_args=tuple(args),
+            jitterbuffer_ms=self.jitterbuffer_ms(table, where, None, BROWSER_JITTERBUFFER_MAX_MS),
         )
+
+    def jitterbuffer_ms(
+        self, table: dict[str, Any], where: str, default: int | None, most: int
+    ) -> int | None:
+        """``jitterbuffer_ms``: whole milliseconds from 0 to ``most``, or ``default``."""
+        value = table.get("jitterbuffer_ms", default)
+        if value is default:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
+            raise self.fail(
+                f"{where}.jitterbuffer_ms", f"must be an integer from 0 to {most}, not {value!r}"
+            )
+        return value
 
     def calls(
         self, value: Any, processes: tuple[Process, ...], links: tuple[Link, ...]
