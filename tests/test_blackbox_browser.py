@@ -140,19 +140,21 @@ def _neteq_altered(run_dir: Path, codes: dict[str, list]) -> np.ndarray:
         "insertedSamplesForDeceleration",
         "removedSamplesForAcceleration",
     )
-    stats = read_browser_log(run_dir / "browsers" / "bob.jsonl").stats_counters(
-        "inbound-rtp", _ssrc(run_dir), counters
-    )
+    stats = _bob_counters(run_dir, counters)
     changed = stats[:, 1:].sum(axis=1)
     before = np.searchsorted(stats[:, 0], playout - 100e6, side="right") - 1
     after = np.minimum(np.searchsorted(stats[:, 0], playout + 100e6), len(stats) - 1)
     return (before < 0) | (changed[after] > changed[np.maximum(before, 0)])
 
 
-def _ssrc(run_dir: Path) -> int:
-    """The SSRC of the stream the black box followed."""
+def _bob_counters(run_dir: Path, counters: tuple[str, ...]) -> np.ndarray:
+    """Rows of (t_ns, *counters) of bob's inbound-rtp stats for the stream the black box
+    followed."""
     summary = json.loads((run_dir / "summary.json").read_text())
-    return int(summary["blackbox"]["stream"].split("ssrc=")[1], 16)
+    followed = summary["blackbox"]["stream"]
+    (ssrc,) = [s["ssrc"] for s in summary["streams"] if s["id"] == followed]
+    log = read_browser_log(run_dir / "browsers" / "bob.jsonl")
+    return log.stats_counters("inbound-rtp", ssrc, counters)
 
 
 def _per_code(run_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -167,9 +169,8 @@ def _per_code(run_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     )
     kept = np.asarray(codes["in_window"]) & np.isfinite(box) & np.isfinite(probed)
     box, probed, at = box[kept], probed[kept], at[kept]
-    log = read_browser_log(run_dir / "browsers" / "bob.jsonl")
     counters = ("jitterBufferDelay", "jitterBufferTargetDelay", "jitterBufferEmittedCount")
-    stats = log.stats_counters("inbound-rtp", _ssrc(run_dir), counters)
+    stats = _bob_counters(run_dir, counters)
     delay_s, target_s, emitted = (
         np.diff(np.interp(at, stats[:, 0], stats[:, column])) for column in (1, 2, 3)
     )

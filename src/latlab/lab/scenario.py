@@ -113,6 +113,7 @@ WEBRTC_ONLY_KEYS = {
 }
 WEBRTC_AUDIO_CAPS = "audio/x-raw,rate=48000,channels=1"
 WEBRTC_JITTERBUFFER_MS = 40
+WEBRTC_JITTERBUFFER_MAX_MS = 1_000_000  # webrtcbin takes any; beyond 1000 s is a typo
 BROWSER_JITTERBUFFER_MAX_MS = 4000  # the most RTCRtpReceiver.jitterBufferTarget takes
 CALL_KEYS = ("between", "timeout_s")
 CALL_TIMEOUT_S = 20.0
@@ -775,7 +776,9 @@ class _Parser:
         caps = self.string(table.get("audio_caps", WEBRTC_AUDIO_CAPS), f"{where}.audio_caps")
         if not caps.startswith("audio/x-raw"):
             raise self.fail(f"{where}.audio_caps", "must be raw audio caps (audio/x-raw,...)")
-        jitterbuffer = self.jitterbuffer_ms(table, where, WEBRTC_JITTERBUFFER_MS, 1_000_000)
+        jitterbuffer = self.jitterbuffer_ms(
+            table, where, WEBRTC_JITTERBUFFER_MS, WEBRTC_JITTERBUFFER_MAX_MS
+        )
         return Process(
             name=name, host=host, webrtc=peer, audio_caps=caps, jitterbuffer_ms=jitterbuffer
         )
@@ -820,9 +823,9 @@ class _Parser:
         self, table: dict[str, Any], where: str, default: int | None, most: int
     ) -> int | None:
         """``jitterbuffer_ms``: whole milliseconds from 0 to ``most``, or ``default``."""
-        value = table.get("jitterbuffer_ms", default)
-        if value is default:
+        if "jitterbuffer_ms" not in table:
             return default
+        value = table["jitterbuffer_ms"]
         if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= most:
             raise self.fail(
                 f"{where}.jitterbuffer_ms", f"must be an integer from 0 to {most}, not {value!r}"
