@@ -9,6 +9,7 @@ taken out.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from pathlib import Path
@@ -55,6 +56,45 @@ def test_page_records_without_audio_or_timestamps_are_one_line(tmp_path: Path) -
     records.write_text(json.dumps(clock) + "\n" + json.dumps(chunk) + "\n")
     with pytest.raises(BrowserSignalError, match=r"fewer than two output timestamps"):
         write_recording(records, tmp_path / "r.wav", tmp_path / "r.parquet")
+
+
+def _recording_records(path: Path, chunk_frames: list[int], chunk_len: int = 9600) -> None:
+    """Page records of a tap that sent chunks of a ramp at the given context frames; the
+    output line maps context second s to page ms 1000 * s + 50."""
+    lines = [{"type": "clock", "srv_monotonic_ns": 10**9, "page_ms": 0.0, "rtt_ms": 0.0}]
+    for context_s in (1.0, 2.0):
+        lines.append({"type": "output_ts", "context_s": context_s, "out_ms": 1000 * context_s + 50})
+    for number, frame in enumerate(chunk_frames):
+        ramp = np.arange(number * chunk_len, (number + 1) * chunk_len) % 30000
+        pcm = base64.b64encode(ramp.astype("<i2").tobytes()).decode()
+        lines.append({"type": "signal_audio", "frame": frame, "rate": 48000, "pcm": pcm})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def test_recording_keeps_skipped_quanta_as_silence_and_counts_past_a_misread_frame(
+    tmp_path: Path,
+) -> None:
+    """The context's frames jump ahead where the render thread skipped quanta (kept as
+    silence); a chunk whose frame alone disagrees with the samples counted (a CI run:
+    one chunk 128 frames early, the next on the count again) is placed by the count, so
+    that the recording goes on instead of ending there."""
+    records = tmp_path / "bob.jsonl"
+    skip = 2432
+    frames = [1024, 1024 + 9600 + skip, 1024 + 2 * 9600 + skip - 128, 1024 + 3 * 9600 + skip]
+    _recording_records(records, frames)
+    written = write_recording(records, tmp_path / "r.wav", tmp_path / "r.parquet")
+    assert written == 4 * 9600 + skip
+    log = pq.read_table(tmp_path / "r.parquet").to_pydict()
+    assert log["position"] == [0, 9600 + skip, 2 * 9600 + skip, 3 * 9600 + skip]
+    # position p is context frame 1024 + p, played at page ms 1000 * s + 50
+    expected_ns = [round(((1024 + p) / 48000 * 1000 + 50) * 1e6) + 10**9 for p in log["position"]]
+    assert log["time_ns"] == pytest.approx(expected_ns, abs=1)
+
+
+def test_recording_ends_where_the_tap_restarted(tmp_path: Path) -> None:
+    records = tmp_path / "bob.jsonl"
+    _recording_records(records, [1024, 1024 + 9600, 512, 512 + 9600])
+    assert write_recording(records, tmp_path / "r.wav", tmp_path / "r.parquet") == 2 * 9600
 
 
 @pytest.fixture(scope="module")

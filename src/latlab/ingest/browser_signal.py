@@ -113,23 +113,38 @@ def _chunks(chunks: list[dict], records: Path) -> tuple[np.ndarray, list[np.ndar
 
     The render thread skips quanta it could not render in time (the context's frames
     jump ahead, at start-up especially); such a gap stays silence in the recording, so
-    that positions remain the context's frames."""
-    frames: list[int] = []
-    pcm: list[np.ndarray] = []
-    for chunk in chunks:
-        try:
-            samples = np.frombuffer(base64.b64decode(chunk["pcm"], validate=True), "<i2")
-            frame = int(chunk["frame"])
-        except (KeyError, TypeError, ValueError, binascii.Error):
-            break
-        rate = float(chunk.get("rate", 48000))
-        if frames and not 0 <= frame - (frames[-1] + len(pcm[-1])) <= MAX_GAP_S * rate:
+    that positions remain the context's frames. Chromium once gave a chunk a start
+    frame one render quantum early while the next chunk's frame followed on from the
+    samples counted (a CI run: steps of -128 and +128 frames); a frame that the next
+    chunk contradicts in this way is taken from the count instead."""
+    decoded = _decoded(chunks)
+    if not decoded:
+        raise BrowserSignalError(f"{records}: the recorded audio cannot be decoded")
+    frames = [decoded[0][0]]
+    pcm = [decoded[0][1]]
+    for number in range(1, len(decoded)):
+        frame, samples, rate = decoded[number]
+        counted = frames[-1] + len(pcm[-1])
+        following = decoded[number + 1][0] if number + 1 < len(decoded) else None
+        if following == counted + len(samples):
+            frame = counted  # this chunk's frame alone disagrees with the count
+        if not 0 <= frame - counted <= MAX_GAP_S * rate:
             break  # the tap restarted: positions would no longer be frames
         frames.append(frame)
         pcm.append(samples)
-    if not frames:
-        raise BrowserSignalError(f"{records}: the recorded audio cannot be decoded")
     return np.asarray(frames, dtype=np.int64), pcm
+
+
+def _decoded(chunks: list[dict]) -> list[tuple[int, np.ndarray, float]]:
+    """(frame, samples, rate) of each chunk, up to the first that cannot be decoded."""
+    decoded = []
+    for chunk in chunks:
+        try:
+            samples = np.frombuffer(base64.b64decode(chunk["pcm"], validate=True), "<i2")
+            decoded.append((int(chunk["frame"]), samples, float(chunk.get("rate", 48000))))
+        except (KeyError, TypeError, ValueError, binascii.Error):
+            break
+    return decoded
 
 
 def _output_line(lines: list[dict], records: Path) -> Callable[[np.ndarray], np.ndarray]:
