@@ -43,6 +43,7 @@ from latlab.ingest.trace_format import Kind
 from latlab.signal.errors import SignalError
 from latlab.signal.timecode import decode
 from latlab.signal.wavio import read_wav
+from latlab.stitch.devices import DEVICE_PROBE
 from latlab.stitch.journeys import Journeys
 from latlab.stitch.position import MISSING
 
@@ -380,11 +381,17 @@ def probed_end_to_end(
 def probed_span(journeys: Journeys, probes: tuple[Probe | None, Probe | None]) -> tuple[int, int]:
     """The probe columns the black box spans: the injection probe (else the first) to the
     recording point (else the last): the probe of the element that pushed into the
-    recording branch on this path (a tee's other branch is the same instant)."""
+    recording branch on this path (a tee's other branch is the same instant). A device
+    end (``record`` None) records what the playing client hands the audio server, so
+    the span ends where the samples leave the sink for the server (``SINK:device``),
+    before the server's own playback latency."""
     inject, record = probes
     names = journeys.probe_names
     first = names.index(inject.name) if inject is not None and inject.name in names else 0
     last = len(names) - 1
+    into_server = [i for i, name in enumerate(names) if name.endswith(f":{DEVICE_PROBE}")]
+    if record is None and into_server and into_server[-1] > first:
+        last = into_server[-1]
     if record is not None:
         process = record.name.split("/", 1)[0]
         prefix = f"{process}/{record.element}:"

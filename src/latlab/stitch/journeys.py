@@ -319,17 +319,10 @@ def _capture_times(
     table: EventTable, origin: Probe, unit_start: np.ndarray, first_push: np.ndarray
 ) -> np.ndarray | None:
     """When each unit's first sample was captured, for a live source on a known clock."""
-    clocks = [
-        c
-        for c in table.processes[origin.process].clocks
-        if c.pipeline_id == origin.pipeline_id
-        and c.state == STATE_PLAYING
-        and c.base_time != NONE_TIME
-        and c.clock_ns != NONE_TIME
-    ]
+    clocks = playing_clocks(table, origin)
     if not clocks:
         return None
-    capture = _clock_to_mono(clocks, clocks[-1].base_time + unit_start)
+    capture = clock_to_mono(clocks, clocks[-1].base_time + unit_start)
     seen = first_push != MISSING
     waited = first_push[seen] - capture[seen]
     if not len(waited) or not 0 <= np.median(waited) <= MAX_CAPTURE_NS:
@@ -337,7 +330,19 @@ def _capture_times(
     return capture
 
 
-def _clock_to_mono(clocks: list[ClockRecord], clock_times: np.ndarray) -> np.ndarray:
+def playing_clocks(table: EventTable, probe: Probe) -> list[ClockRecord]:
+    """The clock samples of the probe's pipeline while it was playing (with a base time)."""
+    return [
+        c
+        for c in table.processes[probe.process].clocks
+        if c.pipeline_id == probe.pipeline_id
+        and c.state == STATE_PLAYING
+        and c.base_time != NONE_TIME
+        and c.clock_ns != NONE_TIME
+    ]
+
+
+def clock_to_mono(clocks: list[ClockRecord], clock_times: np.ndarray) -> np.ndarray:
     """Map pipeline-clock times to CLOCK_MONOTONIC through the recorded clock samples."""
     clock_ns = np.array([c.clock_ns for c in clocks], np.float64)
     mono_ns = np.array([c.mono_ns for c in clocks], np.float64)
