@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from latlab.lab.process import ChildProcess, failure_line
+from latlab.lab.scenario import BACKEND_EMULATOR
 
 if TYPE_CHECKING:
     from latlab.lab.netns import LinkPlan
@@ -37,7 +38,6 @@ if TYPE_CHECKING:
 REPO = Path(__file__).resolve().parents[3]
 LINKEMU = REPO / "linkemu" / "target" / "release" / "latlab-linkemu"
 UDPGEN = REPO / "linkemu" / "target" / "release" / "latlab-udpgen"
-BACKEND_EMULATOR = "latlab-linkemu"
 BACKEND_DIRECT = "direct"
 LINKS_DIR = "links"
 READY_MARKER = "ready"

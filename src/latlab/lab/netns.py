@@ -375,7 +375,8 @@ class Lab:
         if backend == netem.BACKEND_NETEM and self._netem_missing is not None:
             raise LabError(
                 f"links[{link.index}] ({link.a}-{link.b}): backend netem, but this kernel cannot "
-                f'run it ({self._netem_missing}); use backend = "latlab-linkemu" or "auto"'
+                f"run it ({self._netem_missing}); "
+                f'use backend = "{emulated.BACKEND_EMULATOR}" or "auto"'
             )
         return self._netem_missing is None
 

@@ -90,7 +90,8 @@ IMPAIRMENT_KEYS = (
     "duplicate_pct",
 )
 LINK_KEYS = ("between", "backend", *IMPAIRMENT_KEYS, "reverse", "schedule")
-LINK_BACKENDS = ("latlab-linkemu", "netem", "auto")  # auto: netem where the kernel has it
+BACKEND_EMULATOR = "latlab-linkemu"  # latlab's own link emulator (linkemu/)
+LINK_BACKENDS = (BACKEND_EMULATOR, "netem", "auto")  # auto: netem where the kernel has it
 SCHEDULE_KEYS = ("at_s", "direction", *IMPAIRMENT_KEYS)
 PERCENT_KEYS = ("loss_pct", "ge_p", "ge_r", "ge_h", "ge_k", "reorder_pct", "duplicate_pct")
 GE_KEYS = ("ge_p", "ge_r", "ge_h", "ge_k")
