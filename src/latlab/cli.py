@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -233,6 +235,16 @@ def export(
     )
 
 
+@contextmanager
+def _status_line(first: str) -> Iterator[Callable[[str], None]]:
+    """Yield ``report(text)``: a status line on stderr while it works, if that is a terminal."""
+    if not err_console.is_terminal:
+        yield lambda _text: None
+        return
+    with err_console.status(first) as status:
+        yield lambda text: status.update(text)
+
+
 @app.command()
 def compare(
     a: Annotated[str, typer.Argument(help="Run directory A (or SWEEPDIR:POINT).")],
@@ -249,9 +261,16 @@ def compare(
     from latlab.report.compare import ReportInputError, compare_runs, render_comparison
 
     try:
-        result = compare_runs(
-            a, b, unit_ms=unit_ms, resamples=resamples, confidence=confidence, seed=seed
-        )
+        with _status_line("comparing") as report:
+            result = compare_runs(
+                a,
+                b,
+                unit_ms=unit_ms,
+                resamples=resamples,
+                confidence=confidence,
+                seed=seed,
+                report=report,
+            )
     except ReportInputError as exc:
         raise _report_input_error(exc) from None
     if as_json:

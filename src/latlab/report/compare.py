@@ -23,8 +23,9 @@ runs (a sweep over a dummy variable) to see it.
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,12 @@ RESAMPLES = 2000
 SEED = 20261122
 CONFIDENCE = 0.95
 CHUNK_ELEMENTS = 4_000_000  # resampled values held at once (bounds memory)
+
+
+def _quiet(_text: str) -> None:
+    """A ``report`` that says nothing."""
+
+
 STATS = ("p50", "p99", "mean")
 _SSRC = re.compile(r" ssrc=[0-9a-f]+$")
 
@@ -323,27 +330,43 @@ def compare_streams(
     resamples: int = RESAMPLES,
     confidence: float = CONFIDENCE,
     seed: int = SEED,
+    report: Callable[[str], None] = _quiet,
 ) -> Comparison:
-    """Match the streams of two runs by path and compare every metric they share."""
+    """Match the streams of two runs by path and compare every metric they share;
+    ``report`` hears what is being done (for a status line)."""
     pairs, only_a, only_b = _match(a, b)
     seeds = np.random.SeedSequence(seed).spawn(len(pairs))
     streams = [
-        _compare_stream(sa, sb, resamples, confidence, stream_seed)
-        for (sa, sb), stream_seed in zip(pairs, seeds, strict=True)
+        _compare_stream(sa, sb, resamples, confidence, stream_seed, _numbered(report, i, pairs))
+        for i, ((sa, sb), stream_seed) in enumerate(zip(pairs, seeds, strict=True))
     ]
     return Comparison(run_a, run_b, streams, only_a, only_b, resamples, confidence, seed)
 
 
 def compare_runs(
-    spec_a: str, spec_b: str, *, unit_ms: float | None = None, **options: Any
+    spec_a: str,
+    spec_b: str,
+    *,
+    unit_ms: float | None = None,
+    report: Callable[[str], None] = _quiet,
+    **options: Any,
 ) -> Comparison:
     """Analyse two runs (summary.json left as it is) and compare them."""
     from latlab.pipeline import analyze_run
 
     run_a, run_b = resolve_run(spec_a), resolve_run(spec_b)
+    report(f"analysing A ({run_a.path})")
     _, _, streams_a = analyze_run(run_a.path, unit_ms, write=False)
+    report(f"analysing B ({run_b.path})")
     _, _, streams_b = analyze_run(run_b.path, unit_ms, write=False)
-    return compare_streams(streams_a, streams_b, run_a, run_b, **options)
+    return compare_streams(streams_a, streams_b, run_a, run_b, report=report, **options)
+
+
+def _numbered(report: Callable[[str], None], index: int, pairs: list) -> Callable[[str], None]:
+    """``report`` with the stream's number in front, when there is more than one."""
+    if len(pairs) < 2:
+        return report
+    return lambda text: report(f"stream {index + 1}/{len(pairs)}: {text}")
 
 
 def _match(
@@ -368,6 +391,7 @@ def _compare_stream(
     resamples: int,
     confidence: float,
     seed: np.random.SeedSequence,
+    report: Callable[[str], None] = _quiet,
 ) -> StreamComparison:
     """Every metric both streams have, bootstrapped on a few threads (each row its own
     seed, so the figures do not depend on the threads' order)."""
@@ -379,12 +403,17 @@ def _compare_stream(
     by_key = {_values_key(ma, mb): (ma, mb) for ma, mb in reversed(shared)}
     seeds = dict(zip(distinct, seed.spawn(len(distinct)), strict=True))
 
+    done = itertools.count(1)
+    report(f"bootstrapping {len(distinct)} metrics")
+
     def figures(key: tuple[bytes, bytes]) -> dict[str, Any]:
         ma, mb = by_key[key]
         rng = np.random.default_rng(seeds[key])
-        return compare_values(
+        result = compare_values(
             ma.values_ns, mb.values_ns, resamples=resamples, confidence=confidence, rng=rng
         )
+        report(f"bootstrapping metrics: {next(done)}/{len(distinct)} done")
+        return result
 
     computed = dict(zip(distinct, parallel_map(figures, distinct), strict=True))
     rows = [
