@@ -389,15 +389,13 @@ def probed_span(journeys: Journeys, probes: tuple[Probe | None, Probe | None]) -
     names = journeys.probe_names
     first = names.index(inject.name) if inject is not None and inject.name in names else 0
     last = len(names) - 1
-    into_server = [i for i, name in enumerate(names) if name.endswith(f":{DEVICE_PROBE}")]
-    if record is None and into_server and into_server[-1] > first:
-        last = into_server[-1]
-    if record is not None:
-        process = record.name.split("/", 1)[0]
-        prefix = f"{process}/{record.element}:"
-        at = [i for i, name in enumerate(names) if name.startswith(prefix) and i > first]
-        last = at[0] if at else last
-    return first, last
+    if record is None:
+        at = [i for i, name in enumerate(names) if name.endswith(f":{DEVICE_PROBE}") and i > first]
+        return first, at[-1] if at else last
+    process = record.name.split("/", 1)[0]
+    prefix = f"{process}/{record.element}:"
+    at = [i for i, name in enumerate(names) if name.startswith(prefix) and i > first]
+    return first, at[0] if at else last
 
 
 def _carrier(

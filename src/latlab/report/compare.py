@@ -40,14 +40,12 @@ RESAMPLES = 2000
 SEED = 20261122
 CONFIDENCE = 0.95
 CHUNK_ELEMENTS = 4_000_000  # resampled values held at once (bounds memory)
+STATS = ("p50", "p99", "mean")
+_SSRC = re.compile(r" ssrc=[0-9a-f]+$")
 
 
 def _quiet(_text: str) -> None:
     """A ``report`` that says nothing."""
-
-
-STATS = ("p50", "p99", "mean")
-_SSRC = re.compile(r" ssrc=[0-9a-f]+$")
 
 
 class ReportInputError(ValueError):
