@@ -22,7 +22,9 @@ from latlab.analysis.blackbox import (
     RECEIVED_WAV,
     SIGNAL_DIR,
     RigLog,
+    SignalEnds,
     code_delays,
+    jack_capture_shift_ns,
     jack_to_monotonic,
     probed_end_to_end,
     read_rig_log,
@@ -102,6 +104,19 @@ def test_each_code_takes_the_end_to_end_of_the_unit_whose_window_holds_it() -> N
     assert np.isnan(probed[3])  # the unit that held it was lost
     assert probed[4] == pytest.approx(53)
     assert np.isnan(probed[5:]).all()  # after the last unit's window, before the first, unknown
+
+
+def test_a_jack_injection_starts_the_probed_span_one_jack_period_after_the_capture_probe() -> None:
+    # the source dates a period's first sample one period (5 ms) before the period
+    # reached it; the rig's samples entered the graph then, so a code injected at
+    # 110 ms is in the unit dated 100 ms, and its probed time runs from 105 ms
+    journeys = _journeys([100, 110, 120, 130], [50, 51, 52, 53])
+    log = RigLog(Path("inject.parquet"), 48000, np.array([0]), np.array([0.0]), np.array([240]), 0)
+    shift = jack_capture_shift_ns(SignalEnds("jack", "", "jack", ""), log)
+    assert shift == 5 * MS  # 240 frames at 48 kHz
+    assert jack_capture_shift_ns(SignalEnds("gst", "tx", "jack", ""), log) == 0
+    probed = probed_end_to_end(journeys, np.array([110.0, 115.0]) * MS, (0, 1), shift) / MS
+    np.testing.assert_allclose(probed, [50 - 5, 51 - 5])
 
 
 # --- scenario errors --------------------------------------------------------------------
@@ -240,10 +255,11 @@ def test_planted_link_delay_moves_black_box_and_probes_alike(planted: dict) -> N
     how the playout sink's ring buffer lines up with the device's periods in each run:
     the probes place the samples' exit from the sink by the sink's schedule and the
     samples written before them, so the unexplained time may differ between two runs by
-    up to one device period (10 ms here). The probed span ends where the samples leave
-    the sink for JACK, which is where the recorder hears them, so the probes over-count
-    by less than one period (-0.1 to -8.5 ms in eight runs; a full ring buffer, the
-    estimate this replaced, left -34 ms)."""
+    up to one device period (10 ms here). The probed span starts one JACK period after
+    the capture probe (the source dates each period's samples a period before they
+    reached it) and ends where the samples leave the sink for JACK, which is where the
+    recorder hears them; what is left is the sink estimate being early, by less than one
+    period (+0.6 to +8.4 ms in eleven runs)."""
     boxes = {delay: summary["blackbox"] for delay, (_, summary) in planted.items()}
     period_ms = 10.0
     for box in boxes.values():
@@ -254,8 +270,9 @@ def test_planted_link_delay_moves_black_box_and_probes_alike(planted: dict) -> N
         spread = box["unexplained"]["max_ms"] - box["unexplained"]["min_ms"]
         assert spread < 1.0
         assert box["span"]["to"] == "receiver/jackaudiosink0:device"
-        # late by how the ring buffer lines up with JACK's periods: [0, one period)
-        assert -period_ms - 1.0 < box["unexplained"]["p50_ms"] < 1.0
+        assert box["span"]["from_plus_ms"] == period_ms
+        # early by how the ring buffer lines up with JACK's periods: [0, one period)
+        assert -1.0 < box["unexplained"]["p50_ms"] < period_ms + 1.0
     shift = {key: boxes[35.0][key]["p50_ms"] - boxes[5.0][key]["p50_ms"] for key in BOTH_ENDS}
     on_link = {
         delay: segment(summary, "link/tx->rx:out")["p50_ms"]

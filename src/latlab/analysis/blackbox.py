@@ -353,16 +353,19 @@ def raw_audio_layout(caps: str) -> tuple[int, int] | None:
 
 
 def probed_end_to_end(
-    journeys: Journeys, inject_ns: np.ndarray, span: tuple[int, int] = (0, -1)
+    journeys: Journeys,
+    inject_ns: np.ndarray,
+    span: tuple[int, int] = (0, -1),
+    start_shift_ns: int = 0,
 ) -> np.ndarray:
     """Per injection instant, the probed time of the unit whose capture window holds it.
 
-    The time runs from probe column ``span[0]`` to ``span[1]`` (by default, end to end)
-    and the window is ``[time at span[0], + unit)``. NaN where no complete unit's
-    window holds the instant.
+    The time runs from probe column ``span[0]`` plus ``start_shift_ns`` to ``span[1]``
+    (by default, end to end) and the window is ``[that start, + unit)``. NaN where no
+    complete unit's window holds the instant.
     """
     complete = journeys.complete
-    start = journeys.times[complete, span[0]]
+    start = journeys.times[complete, span[0]] + start_shift_ns
     probed = (journeys.times[complete, span[1]] - start).astype(np.float64)
     order = np.argsort(start, kind="stable")
     start, probed = start[order], probed[order]
@@ -398,10 +401,30 @@ def probed_span(journeys: Journeys, probes: tuple[Probe | None, Probe | None]) -
     return first, at[0] if at else last
 
 
+def jack_capture_shift_ns(ends: SignalEnds, inject: RigLog) -> int:
+    """How much later than its capture probe a sample entered the graph at a JACK
+    injection end: one JACK period (0 for other ends).
+
+    latlab dates a device source's samples as a capture device takes them in: a
+    buffer's last sample just before the buffer is pushed
+    (:func:`latlab.stitch.journeys.device_capture_times`). A JACK client gets a whole
+    period at the start of the cycle, and the source's buffer completes in the cycle
+    that wrote its last samples, so on JACK's frame time (sample ``i`` of cycle ``k``
+    at the cycle's start + ``i`` / rate, which is how both rig logs time the codes)
+    every sample sits one JACK period after its capture date, whatever the buffer
+    size. The rig writes its samples into the graph in the cycle itself, so the probed
+    span starts one period after the capture probe.
+    """
+    if ends.inject_kind != "jack" or not len(inject.nframes):
+        return 0
+    return round(float(np.median(inject.nframes)) * 1e9 / inject.rate)
+
+
 def _carrier(
     journeys: list[Journeys],
     inject_ns: np.ndarray,
     probes: tuple[Probe | None, Probe | None] = (None, None),
+    start_shift_ns: int = 0,
 ) -> tuple[Journeys | None, np.ndarray, tuple[int, int]]:
     """The stream whose capture windows hold the most injection instants, its figures
     and the span they cover. A stream that plays out is preferred over the one into the
@@ -414,7 +437,7 @@ def _carrier(
         if j.media != "audio" or not len(j.times) or (j.times[:, 0] == MISSING).all():
             continue
         span = probed_span(j, probes)
-        probed = probed_end_to_end(j, inject_ns, span)
+        probed = probed_end_to_end(j, inject_ns, span, start_shift_ns)
         key = (int(np.isfinite(probed).sum()), not any(SINK_ELEMENT in n for n in j.probe_names))
         if key > best_key:
             best, best_key = (j, probed, span), key
@@ -451,7 +474,10 @@ def black_box_summary(
     counted = np.isfinite(inject_ns)
     if window is not None:
         counted &= (inject_ns >= window[0]) & (inject_ns < window[1])
-    carrier, probed, span = _carrier(journeys, np.where(counted, inject_ns, np.nan), probes)
+    shift_ns = jack_capture_shift_ns(ends, inject)
+    carrier, probed, span = _carrier(
+        journeys, np.where(counted, inject_ns, np.nan), probes, shift_ns
+    )
     found = delays.found & counted
     matched = found & np.isfinite(probed)
     black = delays.black_box_ns
@@ -461,7 +487,7 @@ def black_box_summary(
         f", recorded at {_end_text(ends, 'record')}; per code, the probed time is that of "
         "the unit whose capture window holds its injection, over the same span",
         "stream": carrier.stream_id if carrier is not None else None,
-        "span": _span_names(carrier, span),
+        "span": _span_names(carrier, span, shift_ns),
         "codes": {
             "injected": int(counted.sum()),
             "found": int(found.sum()),
@@ -487,12 +513,18 @@ def _end_text(ends: SignalEnds, side: str) -> str:
     return "a JACK device" if kind == "jack" else f"{process}'s {element}"
 
 
-def _span_names(carrier: Journeys | None, span: tuple[int, int]) -> dict[str, str] | None:
-    """The probes the probed figure runs between (summary.json ``blackbox.span``)."""
+def _span_names(
+    carrier: Journeys | None, span: tuple[int, int], start_shift_ns: int = 0
+) -> dict[str, Any] | None:
+    """The probes the probed figure runs between (summary.json ``blackbox.span``), and
+    how long after the first one it starts (``from_plus_ms``, a JACK injection end)."""
     if carrier is None:
         return None
     names = carrier.probe_names
-    return {"from": names[span[0]], "to": names[span[1]]}
+    named: dict[str, Any] = {"from": names[span[0]], "to": names[span[1]]}
+    if start_shift_ns:
+        named["from_plus_ms"] = start_shift_ns / 1e6
+    return named
 
 
 def _codes_table(delays: CodeDelays, probed: np.ndarray, counted: np.ndarray) -> pa.Table:

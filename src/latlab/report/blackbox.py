@@ -26,7 +26,16 @@ def estimated_segments(summary: dict[str, Any], stream_id: str | None) -> list[s
 def span_text(box: dict[str, Any]) -> str:
     """Which probes the probed figure runs between, as text ("" when unknown)."""
     span = box.get("span")
-    return f"probed from {span['from']} to {span['to']}" if span else ""
+    if not span:
+        return ""
+    start = span["from"]
+    if span.get("from_plus_ms"):
+        start += (
+            f" + {span['from_plus_ms']:g} ms (one JACK period: a device source's samples are "
+            "dated as if captured during the period before it reached the client; the "
+            "signal entered the graph then)"
+        )
+    return f"probed from {start} to {span['to']}"
 
 
 def _within(segments: list[dict[str, Any]], span: dict[str, str]) -> list[dict[str, Any]]:

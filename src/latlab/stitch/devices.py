@@ -11,7 +11,7 @@ appends two estimated probes:
   latency`` on the pipeline clock (the tracer records all three) and writes its ring
   buffer contiguously from there (:func:`written_contiguously`). How the ring buffer
   lines up with the device's periods is not in the pushes: against the black box on
-  JACK the estimate was 0.1 to 8.5 ms late over eight runs, within one period (a full
+  JACK the estimate was 0.6 to 8.4 ms early over eleven runs, within one period (a full
   ring buffer, the estimate this replaced, was 34 ms late). Without a clock or latency
   record it falls back to the render plus a full ring buffer (periods x period of the
   device), an upper bound.
