@@ -24,6 +24,7 @@ from latlab.analysis.blackbox import (
     RigLog,
     SignalEnds,
     code_delays,
+    delivery_times,
     jack_capture_shift_ns,
     jack_to_monotonic,
     probed_end_to_end,
@@ -76,6 +77,22 @@ def test_sample_times_follow_cycles_and_leave_gaps_unknown() -> None:
     # not at the end of the previous one (which the xrun put 20 ms earlier)
     early = log.sample_times(np.array([959.8]))
     np.testing.assert_allclose(early, [1e9 + 40 * MS - 0.2 / 48000 * 1e9])
+
+
+def test_delivery_times_take_the_low_envelope_of_the_reads_and_follow_a_step() -> None:
+    # 10 ms reads; the server delivers each read's last sample at 3 ms + its end, the
+    # read returns up to 2 ms after that; after read 100 the timeline steps 1.5 ms later
+    rate, reads = 48000, 200
+    position = np.arange(reads) * 480
+    true_ns = 3 * MS + position * (1e9 / rate) + np.where(np.arange(reads) >= 100, 1.5 * MS, 0)
+    late_ns = np.random.default_rng(7).uniform(0, 2 * MS, reads)
+    late_ns[::5] = 0  # every fifth read returns the moment its block is there
+    returned = (true_ns + 10 * MS + late_ns).astype(np.int64)
+    times = delivery_times(position, returned, np.full(reads, 480), rate)
+    np.testing.assert_allclose(times[:90], true_ns[:90], atol=1)
+    np.testing.assert_allclose(times[110:], true_ns[110:], atol=1)
+    # next to the step the envelope takes the earlier timeline: never later than true
+    assert np.all(times[90:110] <= true_ns[90:110] + 1)
 
 
 def _journeys(starts_ms: list[float], end_to_end_ms: list[float]) -> Journeys:
@@ -133,7 +150,7 @@ def _with_signal(table: str) -> str:
         (
             '[signal]\ninject = "nope"\ninject_client = "tx"\nrecord = "snd_rx"\n'
             'record_client = "rx"\n',
-            "signal.inject: unknown device or process 'nope' (JACK devices, GStreamer pipelines "
+            "signal.inject: unknown device or process 'nope' (audio devices, GStreamer pipelines "
             "and browsers: snd_tx, snd_rx, receiver, sender)",
         ),
         ('[signal]\ninject = "snd_tx"\ninject_client = "tx"\n', "signal: missing 'record'"),
@@ -161,13 +178,20 @@ def test_bad_signal_tables_are_one_line_errors(table: str, message: str) -> None
     assert "\n" not in str(error.value)
 
 
-def test_a_pulse_device_cannot_carry_the_signal() -> None:
+def test_a_pulse_device_end_takes_no_client() -> None:
     table = '[signal]\ninject = "snd_tx"\ninject_client = "tx"\n'
     text = _with_signal(table + 'record = "snd_rx"\nrecord_client = "rx"\n').replace(
         'server = "jack"', 'server = "pulse"', 1
     )
-    with pytest.raises(ScenarioError, match="device 'snd_tx' is a pulse device"):
+    with pytest.raises(ScenarioError) as error:
         parse_scenario(text, "bb.toml")
+    assert str(error.value) == (
+        "bb.toml: signal.inject_client: only for a JACK device; 'snd_tx' is a PulseAudio "
+        "device (the rig plays into its null sink and records its monitor)"
+    )
+    scenario = parse_scenario(text.replace('inject_client = "tx"\n', ""), "bb.toml")
+    assert scenario.signal is not None
+    assert scenario.signal.inject.describe() == {"kind": "pulse", "device": "snd_tx"}
 
 
 # --- the real stack ---------------------------------------------------------------------

@@ -3,7 +3,8 @@
 A run with a ``[signal]`` table plays time-coded audio in at one end and records it at
 the other (``latlab.lab.signal_rig``). Each end has a timing log: which file sample a
 block of audio began with and when (CLOCK_MONOTONIC). A JACK rig logs every cycle
-(JACK's clock, calibrated to CLOCK_MONOTONIC; ``latlab.lab.jack_signal``); a GStreamer
+(JACK's clock, calibrated to CLOCK_MONOTONIC; ``latlab.lab.jack_signal``), a PulseAudio
+rig every 10 ms block (``latlab.lab.pulse_signal``); a GStreamer
 end's log comes from the trace: the pushes of ``latlab_signal_in`` (the file played in
 real time, positions from PTS) or the pushes into ``latlab_signal_out`` (positions
 counted from the buffers' sizes, which is what the WAV file holds). Here:
@@ -37,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from latlab.analysis.stats import Samples
-from latlab.ingest.browser_signal import TIMING_SCHEMA
+from latlab.ingest.browser_signal import DELIVERY_TIMING, TIMING_SCHEMA
 from latlab.ingest.events import EventTable, Probe
 from latlab.ingest.trace_format import Kind
 from latlab.signal.errors import SignalError
@@ -50,9 +51,11 @@ from latlab.stitch.position import MISSING
 SIGNAL_DIR = "signal"
 SENT_WAV = "sent.wav"
 RECEIVED_WAV = "received.wav"
+INJECTED_WAV = "injected.wav"  # a device end: what its capture device delivered
 INJECT_LOG = "inject.parquet"
 RECORD_LOG = "record.parquet"
 CODES_FILE = "blackbox.parquet"
+DELIVERY_WINDOW = 20  # reads around each read in its delivery envelope (200 ms of 10 ms reads)
 RIG_SCHEMA = "latlab.jack-signal/1"
 SOURCE_ELEMENT = "latlab_signal_in"
 SINK_ELEMENT = "latlab_signal_out"
@@ -132,7 +135,14 @@ def read_rig_log(path: Path) -> RigLog:
         meta = json.loads((table.schema.metadata or {}).get(b"latlab", b"{}"))
     except (pa.ArrowInvalid, OSError, ValueError) as exc:
         raise BlackBoxError(f"{path}: not a readable rig log ({exc})") from None
-    if meta.get("schema") == TIMING_SCHEMA:
+    if meta.get("schema") == TIMING_SCHEMA and meta.get("timing") == DELIVERY_TIMING:
+        cycle_ns = delivery_times(
+            table.column("position").to_numpy(),
+            table.column("time_ns").to_numpy(),
+            table.column("nframes").to_numpy(),
+            int(meta["rate"]),
+        )
+    elif meta.get("schema") == TIMING_SCHEMA:
         cycle_ns = table.column("time_ns").to_numpy().astype(np.float64)
     elif meta.get("schema") == RIG_SCHEMA:
         cycle_ns = jack_to_monotonic(
@@ -148,6 +158,29 @@ def read_rig_log(path: Path) -> RigLog:
         nframes=table.column("nframes").to_numpy().astype(np.int64),
         xruns=int(meta.get("xruns", 0)),
     )
+
+
+def delivery_times(
+    position: np.ndarray, returned_ns: np.ndarray, nframes: np.ndarray, rate: int
+) -> np.ndarray:
+    """When each read's first sample was delivered, from when the reads returned.
+
+    A read returns once the server delivered its last sample, never before; so, as for
+    a device source's pushes (``latlab.stitch.journeys.device_capture_times``), a
+    sample at position ``p`` was delivered at ``c + p / rate``, where ``c`` is the low
+    envelope of return time less end position: here the minimum over the
+    ``DELIVERY_WINDOW`` reads around each read, which follows the steps a server's
+    timeline takes when its clients' latency requests change.
+    """
+    start_ns = np.asarray(position, dtype=np.float64) * (1e9 / rate)
+    end_ns = start_ns + np.asarray(nframes, dtype=np.float64) * (1e9 / rate)
+    offset = np.asarray(returned_ns, dtype=np.float64) - end_ns
+    if not len(offset):
+        return offset
+    half = DELIVERY_WINDOW // 2
+    padded = np.pad(offset, half, mode="edge")
+    window = np.lib.stride_tricks.sliding_window_view(padded, 2 * half + 1)
+    return start_ns + window.min(axis=1)
 
 
 @dataclass(frozen=True)
@@ -201,39 +234,47 @@ def code_delays(signal_dir: Path, sent: SentCodes, inject: RigLog, record: RigLo
         raise BlackBoxError(
             f"{sent.path}: codes at {sent_rate} Hz, but {inject.path} played at {inject.rate} Hz"
         )
-    inject_ns = inject.sample_times(sent_s * sent_rate)
-    audio = _recording(signal_dir)
-    if audio.rate != record.rate:
+    if (signal_dir / INJECTED_WAV).is_file():
+        # a device end recorded what its capture device delivered: time the codes there
+        inject_ns, _, _ = _decoded(signal_dir / INJECTED_WAV, inject, sent_index)
+    else:
+        inject_ns = inject.sample_times(sent_s * sent_rate)
+    record_at, confidence, inferred = _decoded(signal_dir / RECEIVED_WAV, record, sent_index)
+    return CodeDelays(sent_index, inject_ns, record_at, confidence, inferred)
+
+
+def _decoded(
+    path: Path, log: RigLog, sent_index: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per code sent, when it was found in a recording (NaN if not), its confidence
+    and whether it was inferred; the recording's timing is ``log``."""
+    try:
+        audio = read_wav(path)
+    except SignalError as exc:
+        raise BlackBoxError(str(exc)) from None
+    if audio.rate != log.rate:
         raise BlackBoxError(
-            f"{signal_dir / RECEIVED_WAV}: recorded at {audio.rate} Hz, but its timing "
-            f"({record.path}) is at {record.rate} Hz"
+            f"{path}: recorded at {audio.rate} Hz, but its timing ({log.path}) is at {log.rate} Hz"
         )
     found = decode(audio.samples, audio.rate)
-    record_at = np.full(len(sent_index), np.nan)
+    at = np.full(len(sent_index), np.nan)
     confidence = np.zeros(len(sent_index))
     inferred = np.zeros(len(sent_index), dtype=bool)
     slot = np.searchsorted(sent_index, found.index)
     last = max(len(sent_index) - 1, 0)
     ok = (slot < len(sent_index)) & (sent_index[np.minimum(slot, last)] == found.index)
-    record_at[slot[ok]] = record.sample_times(found.time_s[ok] * audio.rate)
+    at[slot[ok]] = log.sample_times(found.time_s[ok] * audio.rate)
     confidence[slot[ok]] = found.confidence[ok]
     inferred[slot[ok]] = found.inferred[ok]
-    return CodeDelays(sent_index, inject_ns, record_at, confidence, inferred)
-
-
-def _recording(signal_dir: Path) -> Any:
-    try:
-        return read_wav(signal_dir / RECEIVED_WAV)
-    except SignalError as exc:
-        raise BlackBoxError(str(exc)) from None
+    return at, confidence, inferred
 
 
 @dataclass(frozen=True)
 class SignalEnds:
     """Where a run's signal went in and was recorded (run.json ``signal``).
 
-    A ``kind`` is ``"jack"`` or ``"browser"`` (a timing log file the rig or the runner
-    wrote) or ``"gst"`` (``process``'s trace).
+    A ``kind`` is ``"jack"``, ``"pulse"`` or ``"browser"`` (a timing log file the rig or
+    the runner wrote) or ``"gst"`` (``process``'s trace).
     """
 
     inject_kind: str
@@ -510,6 +551,8 @@ def _end_text(ends: SignalEnds, side: str) -> str:
     if kind == "browser":
         what = "fake capture file" if side == "inject" else "AudioWorklet tap on the remote track"
         return f"{process}'s {what}"
+    if kind == "pulse":
+        return "a PulseAudio device's " + ("null sink" if side == "inject" else "monitor")
     return "a JACK device" if kind == "jack" else f"{process}'s {element}"
 
 

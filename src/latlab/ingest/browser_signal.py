@@ -34,6 +34,7 @@ from latlab.ingest.chrome_trace import ChromeSlices
 from latlab.signal.wavio import write_wav
 
 TIMING_SCHEMA = "latlab.signal-timing/1"
+DELIVERY_TIMING = "delivery"  # meta "timing": times are when reads returned (a device rig)
 CAPTURE_FUNCTION = "AudioInputDevice::AudioThreadCallback::Process"
 CAPTURE_PERIOD_S = 0.01
 MAX_GAP_S = 5.0

@@ -67,6 +67,11 @@ def owned_name(pid: int, device: str) -> str:
     return f"llab-{pid}-{device}"
 
 
+def pulse_sink(device: str) -> str:
+    """The null sink of a PulseAudio device (its monitor, ``SINK.monitor``, is the source)."""
+    return f"llab_{device}"
+
+
 def pulse_runtime_dir(pid: int, device: str) -> Path:
     """The runtime directory (socket, configuration) of a pulse device."""
     return Path(tempfile.gettempdir()) / f"{owned_name(pid, device)}-pulse"
@@ -332,7 +337,7 @@ class PulseServer(AudioServer):
 
     @property
     def sink(self) -> str:
-        return f"llab_{self.device.name}"
+        return pulse_sink(self.device.name)
 
     def prepare(self) -> None:
         shutil.rmtree(self.runtime_dir, ignore_errors=True)

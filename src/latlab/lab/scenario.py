@@ -278,7 +278,8 @@ class Device:
 @dataclass(frozen=True)
 class SignalEnd:
     """One end of ``[signal]``: a JACK device (``kind="jack"``, ``client`` is the JACK
-    client whose ports the rig connects to), a GStreamer process (``kind="gst"``, whose
+    client whose ports the rig connects to), a PulseAudio device (``kind="pulse"``: the
+    rig plays into its null sink or records its monitor), a GStreamer process (``kind="gst"``, whose
     pipeline holds ``${signal.source}`` or ``${signal.sink}``) or a browser
     (``kind="browser"``: it captures the signal file, or records its remote audio)."""
 
@@ -290,6 +291,8 @@ class SignalEnd:
         """For run.json."""
         if self.kind == "jack":
             return {"kind": "jack", "device": self.name, "client": self.client}
+        if self.kind == "pulse":
+            return {"kind": "pulse", "device": self.name}
         return {"kind": self.kind, "process": self.name}
 
 
@@ -298,11 +301,12 @@ class SignalRig:
     """A black-box measurement (``[signal]``): time-coded audio played in at ``inject``
     and recorded at ``record`` (see ``latlab.lab.signal_rig``).
 
-    Each end is a JACK device, played or recorded by latlab's JACK client
-    (``latlab.lab.jack_signal``), or a GStreamer process whose pipeline plays the
-    signal file (``${signal.source}``) or records to a file (``${signal.sink}``, e.g.
-    on a tee). A code every ``interval_ms``, its sync pattern at ``level_dbfs``; the
-    file is written at ``rate`` (the JACK capture device's rate when it injects).
+    Each end is a JACK or PulseAudio device, played or recorded by latlab's client
+    (``latlab.lab.jack_signal``, ``latlab.lab.pulse_signal``), or a GStreamer process
+    whose pipeline plays the signal file (``${signal.source}``) or records to a file
+    (``${signal.sink}``, e.g. on a tee). A code every ``interval_ms``, its sync pattern
+    at ``level_dbfs``; the file is written at ``rate`` (the capture device's rate when a
+    device injects).
     """
 
     inject: SignalEnd
@@ -973,7 +977,7 @@ class _Parser:
         if isinstance(level, bool) or not isinstance(level, int | float) or not -60 <= level <= -3:
             raise self.fail("signal.level_dbfs", f"must be from -60 to -3, not {level!r}")
         inject_device = next((d for d in devices if d.name == ends["inject"].name), None)
-        if inject_device is not None and ends["inject"].kind == "jack":
+        if inject_device is not None:
             if "rate" in table and table["rate"] != inject_device.rate:
                 raise self.fail(
                     "signal.rate",
@@ -1001,16 +1005,18 @@ class _Parser:
             known = ", ".join([d.name for d in devices] + [p.name for p in processes]) or "none"
             raise self.fail(
                 f"signal.{side}",
-                f"unknown device or process '{name}' (JACK devices, GStreamer pipelines "
+                f"unknown device or process '{name}' (audio devices, GStreamer pipelines "
                 f"and browsers: {known})",
             )
-        if device is not None:
-            if device.server != "jack":
+        if device is not None and device.server == "pulse":
+            if client_key in table:
                 raise self.fail(
-                    f"signal.{side}",
-                    f"device '{name}' is a {device.server} device; the signal rig plays and "
-                    "records through JACK devices or GStreamer pipelines",
+                    f"signal.{client_key}",
+                    f"only for a JACK device; '{name}' is a PulseAudio device (the rig plays "
+                    "into its null sink and records its monitor)",
                 )
+            return SignalEnd("pulse", name)
+        if device is not None:
             client = self.string(self.required(table, client_key, "signal"), f"signal.{client_key}")
             self.ident(client, f"signal.{client_key}", ENTITY_RE, ENTITY_RULE)
             return SignalEnd("jack", name, client)

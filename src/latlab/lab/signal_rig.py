@@ -1,7 +1,7 @@
 """A run's black-box rig (``[signal]``): generate the time-coded signal before the
-processes start, give GStreamer ends their pipeline fragments, and start the JACK
-player and recorder (``latlab.lab.jack_signal``) inside their hosts (the runner stops
-its ``children`` like its processes).
+processes start, give GStreamer ends their pipeline fragments, and start the devices'
+players and recorders (``latlab.lab.jack_signal``, ``latlab.lab.pulse_signal``) inside
+their hosts (the runner stops its ``children`` like its processes).
 
 A GStreamer end is part of the process under test: ``${signal.source}`` plays the file
 in real time (``identity sync=true`` named ``latlab_signal_in``, 10 ms buffers) and
@@ -9,7 +9,8 @@ in real time (``identity sync=true`` named ``latlab_signal_in``, 10 ms buffers) 
 reaches it to a WAV file; latlab's tracer sees both, so their timing comes from the
 trace. A JACK recorder starts first, so that the first codes played are recorded; both
 JACK rigs start once the processes are ready (their JACK ports exist) and stop after
-the processes, so that codes still in flight when the run ends are recorded too. The
+the processes, so that codes still in flight when the run ends are recorded too; so do
+the PulseAudio rigs, which play into a device's null sink and record its monitor. The
 files go to ``signal/`` in the run directory (see ``latlab.analysis.blackbox``).
 """
 
@@ -24,6 +25,7 @@ from typing import Any
 
 from latlab.analysis.blackbox import (
     INJECT_LOG,
+    INJECTED_WAV,
     RECEIVED_WAV,
     RECORD_LOG,
     SENT_WAV,
@@ -34,6 +36,7 @@ from latlab.analysis.blackbox import (
 from latlab.ingest.browser_signal import BrowserSignalError, capture_timing, write_recording
 from latlab.ingest.chrome_trace import find_chrome_trace, read_chrome_trace
 from latlab.ingest.trace_reader import TraceError
+from latlab.lab.devices import pulse_sink
 from latlab.lab.process import ChildProcess
 from latlab.lab.scenario import Scenario, SignalEnd, SignalRig
 from latlab.signal.commands import GenerateOptions, generate_file
@@ -97,20 +100,20 @@ class SignalRigRun:
         }
 
     def start(self, exec_argv: ExecArgv, env_for: Callable[[str], Mapping[str, str]]) -> None:
-        """Start the JACK recorder, then the JACK player; each ready once connected."""
+        """Start a device end's recorder, then its player; each ready once connected."""
         record_s = float(self.scenario.duration_s) + LEAD_S + RECORD_MARGIN_S
         sides = (
             ("record", self.rig.record, RECEIVED_WAV, RECORD_LOG),
             ("inject", self.rig.inject, SENT_WAV, INJECT_LOG),
         )
         for mode, end, wav, log in sides:
-            if end.kind != "jack":
+            if end.kind not in ("jack", "pulse"):
                 continue
             host = self._device_host(end)
             argv = [
-                sys.executable, "-m", "latlab.lab.jack_signal", mode,
-                "--client", end.client, "--wav", str(self.dir / wav), "--log", str(self.dir / log),
-                "--max-s", f"{record_s:g}",
+                sys.executable, "-m", f"latlab.lab.{end.kind}_signal", mode,
+                *self._target(mode, end), "--wav", str(self.dir / wav),
+                "--log", str(self.dir / log), "--max-s", f"{record_s:g}",
             ]  # fmt: skip
             child = ChildProcess(
                 name=f"signal-{mode}",
@@ -154,6 +157,17 @@ class SignalRigRun:
                 write_recording(records, self.dir / RECEIVED_WAV, self.dir / RECORD_LOG)
         except (BrowserSignalError, TraceError) as exc:
             raise SignalRigError(f"signal: {exc}") from None
+
+    def _target(self, mode: str, end: SignalEnd) -> list[str]:
+        """What the rig connects to: a JACK client's ports, or a PulseAudio device's null
+        sink (to play into) or its monitor (to record)."""
+        if end.kind == "jack":
+            return ["--client", end.client]
+        device = next(d for d in self.scenario.devices if d.name == end.name)
+        sink, block = pulse_sink(device.name), ["--block-s", f"{device.period_us / 1e6:g}"]
+        if mode == "inject":
+            return ["--device", sink, "--monitor-wav", str(self.dir / INJECTED_WAV), *block]
+        return ["--device", f"{sink}.monitor", "--rate", str(device.rate), *block]
 
     def _device_host(self, end: SignalEnd) -> str:
         return next(d.host for d in self.scenario.devices if d.name == end.name)

@@ -19,10 +19,11 @@ appends two estimated probes:
   server reported (JACK's port latency, the dummy driver's periods), if it reported one.
 
 Both are estimates, not observations; summary.json marks their segments
-``"device": true, "estimated": true``. For ``pulsesink`` the schedule likely holds the
-server's latency already (its ring buffer's delay is the stream's latency); this has
-not been checked against a black box, so its ``output`` may count the null sink's
-latency twice.
+``"device": true, "estimated": true``. For ``pulsesink`` the schedule is not after
+the render, so ``device`` is the render; a PulseAudio black box
+(``scenarios/l16-pulse-blackbox.toml``) left -2.2 to +7.6 ms unexplained over seven
+runs: the samples' wait in the server's stream buffer, which this estimate does not
+model, and how each reader's periods line up with the null sink's renders.
 
 The capture segment of a path whose origin is an audio device source
 (``jackaudiosrc``, ``pulsesrc``, ``alsasrc``) is device time too: it runs from

@@ -1,0 +1,249 @@
+"""The black-box rig on a PulseAudio device: play a time-coded signal in, record the output.
+
+Run by ``latlab run`` inside a host's namespace, as a client of that host's PulseAudio
+server (``PULSE_SERVER``)::
+
+    python -m latlab.lab.pulse_signal inject --device llab_tx --wav sent.wav \
+        --monitor-wav injected.wav --log inject.parquet
+    python -m latlab.lab.pulse_signal record --device llab_rx.monitor --rate 48000 \
+        --wav received.wav --log record.parquet
+
+A device's null sink is what its host plays to, and the sink's monitor is what it
+captures (``latlab.lab.devices``). ``inject`` plays the file into the null sink, so the
+system under test captures it from the monitor, and records that monitor itself
+(``--monitor-wav``): what the capture device delivered, and when. ``record`` records
+the monitor of the playout device: what the system under test played, and when the
+server took it. Both print ``ready`` once their streams are open and stop on SIGINT
+or SIGTERM, then write their files.
+
+Timing: no latency report of PulseAudio's (``pa_simple_get_latency`` interpolates, and
+drifted by ~3 ms/s and jumped by 4.5 ms on a monitor stream here). A recorder reads
+blocks of one device period (``--block-s``: the rig asks the server for no lower
+latency than the system under test does) and logs when each read returned
+(CLOCK_MONOTONIC). A block is there once the server delivered its last sample, so the
+analysis (``latlab.analysis.blackbox``, ``"timing": "delivery"``) dates the samples by
+the low envelope of return time less end position, the model latlab applies to every
+device source's pushes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from latlab.ingest.browser_signal import DELIVERY_TIMING, write_timing_log
+
+BLOCK_S = 0.01  # a recorder's read and a player's write, unless --block-s says otherwise
+TAIL_S = 0.5  # --exit-at-end: monitor recorded after the file was drained into the sink
+SAMPLE_S16LE = 3  # pa_sample_format_t PA_SAMPLE_S16LE
+STREAM_PLAYBACK, STREAM_RECORD = 1, 2
+DEFAULT = 0xFFFFFFFF  # (uint32_t) -1: the server's choice
+
+
+class RigError(RuntimeError):
+    """The rig cannot run; ``str()`` is one line."""
+
+
+class _SampleSpec(ctypes.Structure):
+    _fields_ = [("format", ctypes.c_int), ("rate", ctypes.c_uint32), ("channels", ctypes.c_uint8)]
+
+
+class _BufferAttr(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_uint32) for name in ("maxlength", "tlength", "prebuf", "minreq", "fragsize")
+    ]
+
+
+def _libpulse_simple() -> ctypes.CDLL:
+    lib = ctypes.CDLL("libpulse-simple.so.0")
+    err = ctypes.POINTER(ctypes.c_int)
+    lib.pa_simple_new.restype = ctypes.c_void_p
+    lib.pa_simple_new.argtypes = [
+        ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_char_p,
+        ctypes.POINTER(_SampleSpec), ctypes.c_void_p, ctypes.POINTER(_BufferAttr), err,
+    ]  # fmt: skip
+    for name in ("pa_simple_write", "pa_simple_read"):
+        getattr(lib, name).argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, err]
+    lib.pa_simple_drain.argtypes = [ctypes.c_void_p, err]
+    lib.pa_simple_free.argtypes = [ctypes.c_void_p]
+    lib.pa_strerror.restype = ctypes.c_char_p
+    return lib
+
+
+class Stream:
+    """One mono 16-bit PulseAudio stream (libpulse-simple; its calls release the GIL)."""
+
+    def __init__(self, mode: str, device: str, rate: int, block: int) -> None:
+        self.lib = _libpulse_simple()
+        self.device = device
+        self.error = ctypes.c_int()
+        block_bytes = 2 * block
+        playing = mode == "inject"
+        attr = (
+            _BufferAttr(DEFAULT, 2 * block_bytes, DEFAULT, block_bytes, DEFAULT)
+            if playing
+            else _BufferAttr(DEFAULT, DEFAULT, DEFAULT, DEFAULT, block_bytes)
+        )
+        spec = _SampleSpec(SAMPLE_S16LE, rate, 1)
+        self.handle = self.lib.pa_simple_new(
+            None, f"latlab-{mode}".encode(), STREAM_PLAYBACK if playing else STREAM_RECORD,
+            device.encode(), b"latlab signal", ctypes.byref(spec), None, ctypes.byref(attr),
+            ctypes.byref(self.error),
+        )  # fmt: skip
+        if not self.handle:
+            raise RigError(f"cannot open a stream on '{device}': {self._strerror()}")
+        self.playing = playing
+
+    def _strerror(self) -> str:
+        return self.lib.pa_strerror(self.error.value).decode(errors="replace")
+
+    def transfer(self, samples: np.ndarray) -> None:
+        """Write (playback) or read (record) these samples, blocking until done."""
+        call = self.lib.pa_simple_write if self.playing else self.lib.pa_simple_read
+        if call(self.handle, samples.ctypes.data, samples.nbytes, ctypes.byref(self.error)) < 0:
+            raise RigError(f"'{self.device}': {self._strerror()}")
+
+    def close(self) -> None:
+        if self.playing:
+            self.lib.pa_simple_drain(self.handle, ctypes.byref(self.error))
+        self.lib.pa_simple_free(self.handle)
+
+
+@dataclass
+class Recording:
+    """Preallocated samples and, per read, its first sample and when the read returned."""
+
+    rate: int
+    seconds: float
+    block: int
+    samples: np.ndarray = field(init=False)
+    position: np.ndarray = field(init=False)
+    returned_ns: np.ndarray = field(init=False)
+    reads: int = 0
+    length: int = 0
+    limit: int | None = None  # stop once this many samples are in (None: when full)
+
+    def __post_init__(self) -> None:
+        self.samples = np.zeros(int(self.seconds * self.rate), dtype=np.int16)
+        capacity = len(self.samples) // self.block + 1
+        self.position = np.zeros(capacity, dtype=np.int64)
+        self.returned_ns = np.zeros(capacity, dtype=np.int64)
+
+    def record(self, stream: Stream, stop: threading.Event) -> None:
+        """Read blocks until ``stop`` is set or the recording is full."""
+        while not stop.is_set() and self.length + self.block <= (self.limit or len(self.samples)):
+            stream.transfer(self.samples[self.length : self.length + self.block])
+            self.position[self.reads] = self.length
+            self.returned_ns[self.reads] = time.monotonic_ns()
+            self.reads += 1
+            self.length += self.block
+
+    def write(self, wav: Path, log: Path, source: str) -> None:
+        from latlab.signal.wavio import write_wav
+
+        write_wav(wav, self.samples[: self.length] / 32767.0, self.rate)
+        n = self.reads
+        meta = {"rate": self.rate, "source": source, "timing": DELIVERY_TIMING}
+        nframes = np.full(n, self.block, dtype=np.int64)
+        write_timing_log(log, self.position[:n], self.returned_ns[:n], nframes, meta)
+
+
+def play(stream: Stream, samples: np.ndarray, block: int, stop: threading.Event) -> int:
+    """Write the file block by block until it ends or ``stop`` is set; samples played."""
+    done = 0
+    while not stop.is_set() and done < len(samples):
+        stream.transfer(samples[done : done + block])
+        done += min(block, len(samples) - done)
+    return done
+
+
+def _frames(seconds: float, rate: int) -> int:
+    return max(1, round(seconds * rate))
+
+
+def _stop_on_signals() -> threading.Event:
+    """An event set by SIGINT or SIGTERM (checked between blocks, each a few ms away)."""
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda _signum, _frame: stop.set())
+    return stop
+
+
+def _record(args: argparse.Namespace, stop: threading.Event) -> None:
+    recording = Recording(args.rate, args.max_s, _frames(args.block_s, args.rate))
+    stream = Stream("record", args.device, args.rate, recording.block)
+    print("ready", flush=True)
+    try:
+        recording.record(stream, stop)
+    finally:
+        stream.close()
+    recording.write(args.wav, args.log, f"latlab.lab.pulse_signal record {args.device}")
+    print(f"record: {recording.length} samples in {recording.reads} reads", file=sys.stderr)
+
+
+def _inject(args: argparse.Namespace, stop: threading.Event) -> None:
+    from latlab.signal.wavio import read_wav
+
+    audio = read_wav(args.wav)
+    samples = np.round(np.clip(audio.samples, -1.0, 1.0) * 32767.0).astype(np.int16)
+    duration_s = len(samples) / audio.rate + args.max_s
+    block = _frames(args.block_s, audio.rate)
+    monitor = Recording(audio.rate, duration_s, block)
+    tap = Stream("record", f"{args.device}.monitor", audio.rate, block)
+    player = Stream("inject", args.device, audio.rate, block)
+    tapping = threading.Event()
+    reader = threading.Thread(target=monitor.record, args=(tap, tapping), daemon=True)
+    reader.start()
+    print("ready", flush=True)
+    played = play(player, samples, block, stop)
+    player.close()  # drained: every sample is in the sink
+    if args.exit_at_end:
+        # what the sink still buffered reaches the monitor within its latency
+        monitor.limit = min(monitor.length + round(TAIL_S * audio.rate), len(monitor.samples))
+        reader.join()
+    while not stop.is_set() and reader.is_alive():
+        stop.wait(0.1)  # the runner stops the rigs together, after the processes
+    tapping.set()
+    reader.join()
+    tap.close()
+    monitor.write(args.monitor_wav, args.log, f"latlab.lab.pulse_signal inject {args.device}")
+    print(f"inject: {played} samples played, {monitor.length} recorded", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m latlab.lab.pulse_signal")
+    parser.add_argument("mode", choices=("inject", "record"))
+    parser.add_argument("--device", required=True, help="sink to play to / source to record")
+    parser.add_argument("--wav", type=Path, required=True, help="signal to play / recording")
+    parser.add_argument("--log", type=Path, required=True, help="per-read timing (Parquet)")
+    parser.add_argument("--monitor-wav", type=Path, help="inject: the sink's monitor, recorded")
+    parser.add_argument("--rate", type=int, default=48000, help="record: sample rate")
+    parser.add_argument("--max-s", type=float, default=600.0, help="longest recording")
+    parser.add_argument(
+        "--block-s", type=float, default=BLOCK_S, help="read/write size: the device's period"
+    )
+    parser.add_argument(
+        "--exit-at-end", action="store_true", help="inject: stop once the file has been played"
+    )
+    args = parser.parse_args(argv)
+    if args.mode == "inject" and args.monitor_wav is None:
+        parser.error("inject needs --monitor-wav")
+    stop = _stop_on_signals()
+    try:
+        (_inject if args.mode == "inject" else _record)(args, stop)
+    except Exception as exc:  # one line for the run's log; the run reports it
+        print(f"latlab-{args.mode}: error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""The black box with PulseAudio devices as its ends (``latlab.lab.pulse_signal``): the
+rig plays the time-coded signal into the sender's null sink, which the sender captures
+from its monitor, and records the receiver's monitor (scenarios/l16-pulse-blackbox.toml).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from latlab.analysis.blackbox import (
+    CODES_FILE,
+    INJECTED_WAV,
+    RECEIVED_WAV,
+    SIGNAL_DIR,
+    code_delays,
+    read_rig_log,
+    read_sent_codes,
+)
+from latlab.lab.devices import Devices, pulse_sink
+from latlab.lab.scenario import Device
+from latlab.signal.commands import GenerateOptions, generate_file
+from tests.conftest import delay_sweep, latlab, segment
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIO = REPO / "scenarios" / "l16-pulse-blackbox.toml"
+RIG = [sys.executable, "-m", "latlab.lab.pulse_signal"]
+PERIOD_MS, BUFFER_MS = 10.0, 20.0  # the scenario's devices
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("pulseaudio") is None or os.geteuid() != 0,
+    reason="needs PulseAudio and root (network namespaces)",
+)
+
+
+def test_rig_looped_on_one_pulse_server_measures_zero(tmp_path: Path) -> None:
+    """Player into a null sink, recorder on its monitor: the player's own tap on that
+    monitor and the recorder are two clients reading the same samples, each timed by
+    when its reads returned, so every code must come out at zero to within a read."""
+    device = Device(name="snd", host="h", server="pulse")
+    (tmp_path / "logs").mkdir()
+    devices = Devices([device], tmp_path / "logs")
+    signal_dir = tmp_path / SIGNAL_DIR
+    signal_dir.mkdir()
+    generate_file(GenerateOptions(out=signal_dir / "sent.wav", duration_s=4.0))
+    devices.start_all(lambda _host, argv: list(argv))
+    try:
+        env = {**os.environ, **devices.env_for(device.host)}
+        sink = pulse_sink(device.name)
+        recorder = subprocess.Popen(
+            [*RIG, "record", "--device", f"{sink}.monitor", "--wav", str(signal_dir / RECEIVED_WAV),
+             "--log", str(signal_dir / "record.parquet"), "--max-s", "10"],
+            env=env, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert recorder.stdout is not None and recorder.stdout.readline().strip() == "ready"
+        player = subprocess.run(
+            [*RIG, "inject", "--device", sink, "--wav", str(signal_dir / "sent.wav"),
+             "--monitor-wav", str(signal_dir / INJECTED_WAV),
+             "--log", str(signal_dir / "inject.parquet"), "--exit-at-end"],
+            env=env, capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert player.returncode == 0, player.stderr
+        recorder.send_signal(signal.SIGINT)
+        assert recorder.wait(timeout=10) == 0
+    finally:
+        devices.stop_all()
+    delays = code_delays(
+        signal_dir,
+        read_sent_codes(signal_dir),
+        read_rig_log(signal_dir / "inject.parquet"),
+        read_rig_log(signal_dir / "record.parquet"),
+    )
+    assert delays.found.all() and len(delays.index) >= 15
+    # 0.01 to 0.08 ms in the first runs, with 10 ms reads
+    assert np.abs(delays.black_box_ns).max() < 500_000
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[float, tuple[Path, dict]]:
+    """A two-point sweep of the shipped scenario: link delay 5 ms, then 35 ms."""
+    text = SCENARIO.read_text(encoding="utf-8").replace(
+        'between = ["tx", "rx"]', 'between = ["tx", "rx"]\ndelay_ms = "${delay}"', 1
+    )
+    return delay_sweep(text, tmp_path_factory.mktemp("blackbox-pulse") / "sweep", (5, 35), 6)
+
+
+def test_every_code_crosses_the_pulse_devices(planted: dict) -> None:
+    """The rig's tap on the sender's monitor and the pulsesrc reading it date samples
+    by the same model (a read's last sample just before it returned), but each reads
+    whole periods at its own phase against the null sink's renders, so the two can
+    differ by up to a period; the probes' playout end, ``pulsesink0:device``, is the
+    render (the sink's schedule is not after it), so the time the samples then wait in
+    the server's stream buffer, at most the sink's buffer-time, is unexplained. Seven
+    runs: -2.2 to +7.6 ms."""
+    for run_dir, summary in planted.values():
+        box = summary["blackbox"]
+        assert box["codes"]["injected"] >= 25
+        assert box["codes"]["found"] == box["codes"]["injected"]
+        assert box["codes"]["matched_to_units"] == box["codes"]["found"]
+        span = {"from": "sender/pulsesrc0:capture", "to": "receiver/pulsesink0:device"}
+        assert box["span"] == span
+        assert "a PulseAudio device's null sink" in box["method"]
+        assert "recorded at a PulseAudio device's monitor" in box["method"]
+        assert -PERIOD_MS - 1.0 < box["unexplained"]["p50_ms"] < BUFFER_MS + 1.0
+        codes = pq.read_table(run_dir / CODES_FILE).to_pydict()
+        played = np.asarray(codes["black_box_ms"], dtype=np.float64)
+        played = played[np.isfinite(played)]
+        # the black box holds still from code to code
+        assert np.median(np.abs(np.diff(played))) < 0.2
+
+
+def test_planted_link_delay_moves_the_pulse_black_box_and_probes_alike(planted: dict) -> None:
+    """As on JACK (tests/test_blackbox.py): the link carries the planted 30 ms exactly;
+    the black box less what the probes saw move besides the link recovers it, up to
+    how each run's samples line up with the devices' periods."""
+    boxes = {delay: summary["blackbox"] for delay, (_, summary) in planted.items()}
+    shift = {k: boxes[35.0][k]["p50_ms"] - boxes[5.0][k]["p50_ms"] for k in ("black_box", "probed")}
+    on_link = {
+        delay: segment(summary, "link/tx->rx:out")["p50_ms"]
+        for delay, (_, summary) in planted.items()
+    }
+    assert on_link[35.0] - on_link[5.0] == pytest.approx(30.0, abs=0.1)
+    besides_link = shift["probed"] - (on_link[35.0] - on_link[5.0])
+    assert shift["black_box"] - besides_link == pytest.approx(30.0, abs=PERIOD_MS + 0.5)
+
+
+def test_report_shows_the_pulse_black_box(planted: dict) -> None:
+    run_dir, summary = planted[5.0]
+    result = latlab("report", str(run_dir), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "black box (time-coded signal)" in result.stdout
+    assert f"{summary['blackbox']['black_box']['p50_ms']:.3f}" in result.stdout
