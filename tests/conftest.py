@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,64 @@ def delay_sweep(
         delay: (path, json.loads((path / "summary.json").read_text()))
         for delay, path in points.items()
     }
+
+
+def planted_link_delays(
+    scenario: Path, out: Path, delays: tuple[float, ...] = (5, 35), duration: float = 6
+) -> dict[float, tuple[Path, dict[str, Any]]]:
+    """A shipped scenario run as a sweep over its (first) link's delay (``delay_sweep``)."""
+    text = scenario.read_text(encoding="utf-8").replace(
+        'between = ["tx", "rx"]', 'between = ["tx", "rx"]\ndelay_ms = "${delay}"', 1
+    )
+    return delay_sweep(text, out, delays, duration)
+
+
+def black_box_shifts(planted: dict[float, tuple[Path, dict[str, Any]]]) -> tuple[float, float]:
+    """Between the lowest and highest planted link delay: how far the link segment moved,
+    and how far the black box moved beyond what the probes saw move besides the link
+    (both should be the planted difference)."""
+    low, high = min(planted), max(planted)
+    boxes = {delay: summary["blackbox"] for delay, (_, summary) in planted.items()}
+    black_box, probed = (boxes[high][k]["p50_ms"] - boxes[low][k]["p50_ms"] for k in
+                         ("black_box", "probed"))  # fmt: skip
+    link = {delay: segment(summary, "link/tx->rx:out")["p50_ms"] for delay, (_, summary) in
+            planted.items()}  # fmt: skip
+    on_link = link[high] - link[low]
+    return on_link, black_box - (probed - on_link)
+
+
+@contextmanager
+def signal_on_one_device(tmp_path: Path, server: str) -> Iterator[tuple[dict[str, str], Path]]:
+    """One audio device (``server``) running, a 4 s signal in ``signal/sent.wav``: the
+    environment of the device's clients and the signal directory; stopped after."""
+    from latlab.analysis.blackbox import SIGNAL_DIR
+    from latlab.lab.devices import Devices
+    from latlab.lab.scenario import Device
+    from latlab.signal.commands import GenerateOptions, generate_file
+
+    device = Device(name="snd", host="h", server=server)
+    (tmp_path / "logs").mkdir()
+    devices = Devices([device], tmp_path / "logs")
+    signal_dir = tmp_path / SIGNAL_DIR
+    signal_dir.mkdir()
+    generate_file(GenerateOptions(out=signal_dir / "sent.wav", duration_s=4.0))
+    devices.start_all(lambda _host, argv: list(argv))
+    try:
+        yield {**os.environ, **devices.env_for(device.host)}, signal_dir
+    finally:
+        devices.stop_all()
+
+
+def rig_code_delays(signal_dir: Path) -> Any:
+    """``code_delays`` of a rig's files in ``signal_dir`` (sent codes, both timing logs)."""
+    from latlab.analysis.blackbox import code_delays, read_rig_log, read_sent_codes
+
+    return code_delays(
+        signal_dir,
+        read_sent_codes(signal_dir),
+        read_rig_log(signal_dir / "inject.parquet"),
+        read_rig_log(signal_dir / "record.parquet"),
+    )
 
 
 def segment(summary: dict[str, Any], to_probe_suffix: str, stream: int = 0) -> dict[str, Any]:

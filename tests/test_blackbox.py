@@ -23,22 +23,23 @@ from latlab.analysis.blackbox import (
     SIGNAL_DIR,
     RigLog,
     SignalEnds,
-    code_delays,
     delivery_times,
     jack_capture_shift_ns,
     jack_to_monotonic,
     probed_end_to_end,
-    read_rig_log,
-    read_sent_codes,
 )
-from latlab.lab.devices import Devices
-from latlab.lab.scenario import Device, ScenarioError, parse_scenario
+from latlab.lab.scenario import ScenarioError, parse_scenario
 from latlab.pipeline import analyze_run
-from latlab.signal.commands import GenerateOptions, generate_file
 from latlab.stitch.journeys import Journeys
 from latlab.stitch.paths import StreamPath
 from latlab.stitch.position import MISSING
-from tests.conftest import delay_sweep, latlab, segment
+from tests.conftest import (
+    black_box_shifts,
+    latlab,
+    planted_link_delays,
+    rig_code_delays,
+    signal_on_one_device,
+)
 
 BOTH_ENDS = ("black_box", "probed")
 REPO = Path(__file__).resolve().parents[1]
@@ -209,16 +210,8 @@ def test_rig_looped_on_one_jack_server_measures_zero(tmp_path: Path) -> None:
 
     Each connects to the other (the player plays once the recorder is there)."""
     _require_jack()
-    device = Device(name="snd", host="h", server="jack")
-    (tmp_path / "logs").mkdir()
-    devices = Devices([device], tmp_path / "logs")
-    signal_dir = tmp_path / SIGNAL_DIR
-    signal_dir.mkdir()
-    generate_file(GenerateOptions(out=signal_dir / "sent.wav", duration_s=4.0))
-    devices.start_all(lambda _host, argv: list(argv))
-    try:
-        env = {**os.environ, **devices.env_for(device.host)}
-        rig = [sys.executable, "-m", "latlab.lab.jack_signal"]
+    rig = [sys.executable, "-m", "latlab.lab.jack_signal"]
+    with signal_on_one_device(tmp_path, "jack") as (env, signal_dir):
         recorder = subprocess.Popen(
             [*rig, "record", "--client", "latlab-inject", "--wav", str(signal_dir / RECEIVED_WAV),
              "--log", str(signal_dir / "record.parquet"), "--max-s", "10"],
@@ -235,14 +228,7 @@ def test_rig_looped_on_one_jack_server_measures_zero(tmp_path: Path) -> None:
         assert player.wait(timeout=30) == 0  # it exits once the whole file was played
         recorder.send_signal(signal.SIGINT)
         assert recorder.wait(timeout=10) == 0
-    finally:
-        devices.stop_all()
-    delays = code_delays(
-        signal_dir,
-        read_sent_codes(signal_dir),
-        read_rig_log(signal_dir / "inject.parquet"),
-        read_rig_log(signal_dir / "record.parquet"),
-    )
+    delays = rig_code_delays(signal_dir)
     assert delays.found.all() and len(delays.index) >= 15
     assert np.abs(delays.black_box_ns).max() < 5_000  # 5 us: a quarter of a sample
 
@@ -251,10 +237,7 @@ def test_rig_looped_on_one_jack_server_measures_zero(tmp_path: Path) -> None:
 def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[float, tuple[Path, dict]]:
     """A two-point sweep of the shipped scenario: link delay 5 ms, then 35 ms."""
     _require_jack()
-    text = SCENARIO.read_text(encoding="utf-8").replace(
-        'between = ["tx", "rx"]', 'between = ["tx", "rx"]\ndelay_ms = "${delay}"', 1
-    )
-    return delay_sweep(text, tmp_path_factory.mktemp("blackbox") / "sweep", (5, 35), 6)
+    return planted_link_delays(SCENARIO, tmp_path_factory.mktemp("blackbox") / "sweep")
 
 
 def test_sweep_table_shows_the_black_box_per_point(planted: dict) -> None:
@@ -280,10 +263,10 @@ def test_planted_link_delay_moves_black_box_and_probes_alike(planted: dict) -> N
     the probes place the samples' exit from the sink by the sink's schedule and the
     samples written before them, so the unexplained time may differ between two runs by
     up to one device period (10 ms here). The probed span starts one JACK period after
-    the capture probe (the source dates each period's samples a period before they
-    reached it) and ends where the samples leave the sink for JACK, which is where the
-    recorder hears them; what is left is the sink estimate being early, by less than one
-    period (+0.6 to +8.4 ms in eleven runs)."""
+    the capture probe (a device source's samples are dated as if captured during the
+    period before it reached the client) and ends where the samples leave the sink for
+    JACK, which is where the recorder hears them; what is left is the sink estimate
+    being early, by less than one period (+0.6 to +9.4 ms in thirteen runs)."""
     boxes = {delay: summary["blackbox"] for delay, (_, summary) in planted.items()}
     period_ms = 10.0
     for box in boxes.values():
@@ -297,14 +280,9 @@ def test_planted_link_delay_moves_black_box_and_probes_alike(planted: dict) -> N
         assert box["span"]["from_plus_ms"] == period_ms
         # early by how the ring buffer lines up with JACK's periods: [0, one period)
         assert -1.0 < box["unexplained"]["p50_ms"] < period_ms + 1.0
-    shift = {key: boxes[35.0][key]["p50_ms"] - boxes[5.0][key]["p50_ms"] for key in BOTH_ENDS}
-    on_link = {
-        delay: segment(summary, "link/tx->rx:out")["p50_ms"]
-        for delay, (_, summary) in planted.items()
-    }
-    assert on_link[35.0] - on_link[5.0] == pytest.approx(30.0, abs=0.1)
-    besides_link = shift["probed"] - (on_link[35.0] - on_link[5.0])
-    assert shift["black_box"] - besides_link == pytest.approx(30.0, abs=period_ms + 0.5)
+    on_link, beyond_probes = black_box_shifts(planted)
+    assert on_link == pytest.approx(30.0, abs=0.1)
+    assert beyond_probes == pytest.approx(30.0, abs=period_ms + 0.5)
 
 
 def test_a_damaged_recording_is_one_line_and_the_rest_of_the_run_stays(

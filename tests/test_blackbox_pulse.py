@@ -20,15 +20,15 @@ from latlab.analysis.blackbox import (
     CODES_FILE,
     INJECTED_WAV,
     RECEIVED_WAV,
-    SIGNAL_DIR,
-    code_delays,
-    read_rig_log,
-    read_sent_codes,
 )
-from latlab.lab.devices import Devices, pulse_sink
-from latlab.lab.scenario import Device
-from latlab.signal.commands import GenerateOptions, generate_file
-from tests.conftest import delay_sweep, latlab, segment
+from latlab.lab.devices import pulse_sink
+from tests.conftest import (
+    black_box_shifts,
+    latlab,
+    planted_link_delays,
+    rig_code_delays,
+    signal_on_one_device,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "l16-pulse-blackbox.toml"
@@ -45,16 +45,8 @@ def test_rig_looped_on_one_pulse_server_measures_zero(tmp_path: Path) -> None:
     """Player into a null sink, recorder on its monitor: the player's own tap on that
     monitor and the recorder are two clients reading the same samples, each timed by
     when its reads returned, so every code must come out at zero to within a read."""
-    device = Device(name="snd", host="h", server="pulse")
-    (tmp_path / "logs").mkdir()
-    devices = Devices([device], tmp_path / "logs")
-    signal_dir = tmp_path / SIGNAL_DIR
-    signal_dir.mkdir()
-    generate_file(GenerateOptions(out=signal_dir / "sent.wav", duration_s=4.0))
-    devices.start_all(lambda _host, argv: list(argv))
-    try:
-        env = {**os.environ, **devices.env_for(device.host)}
-        sink = pulse_sink(device.name)
+    sink = pulse_sink("snd")
+    with signal_on_one_device(tmp_path, "pulse") as (env, signal_dir):
         recorder = subprocess.Popen(
             [*RIG, "record", "--device", f"{sink}.monitor", "--wav", str(signal_dir / RECEIVED_WAV),
              "--log", str(signal_dir / "record.parquet"), "--max-s", "10"],
@@ -70,14 +62,7 @@ def test_rig_looped_on_one_pulse_server_measures_zero(tmp_path: Path) -> None:
         assert player.returncode == 0, player.stderr
         recorder.send_signal(signal.SIGINT)
         assert recorder.wait(timeout=10) == 0
-    finally:
-        devices.stop_all()
-    delays = code_delays(
-        signal_dir,
-        read_sent_codes(signal_dir),
-        read_rig_log(signal_dir / "inject.parquet"),
-        read_rig_log(signal_dir / "record.parquet"),
-    )
+    delays = rig_code_delays(signal_dir)
     assert delays.found.all() and len(delays.index) >= 15
     # 0.01 to 0.08 ms in the first runs, with 10 ms reads
     assert np.abs(delays.black_box_ns).max() < 500_000
@@ -86,10 +71,7 @@ def test_rig_looped_on_one_pulse_server_measures_zero(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[float, tuple[Path, dict]]:
     """A two-point sweep of the shipped scenario: link delay 5 ms, then 35 ms."""
-    text = SCENARIO.read_text(encoding="utf-8").replace(
-        'between = ["tx", "rx"]', 'between = ["tx", "rx"]\ndelay_ms = "${delay}"', 1
-    )
-    return delay_sweep(text, tmp_path_factory.mktemp("blackbox-pulse") / "sweep", (5, 35), 6)
+    return planted_link_delays(SCENARIO, tmp_path_factory.mktemp("blackbox-pulse") / "sweep")
 
 
 def test_every_code_crosses_the_pulse_devices(planted: dict) -> None:
@@ -98,7 +80,7 @@ def test_every_code_crosses_the_pulse_devices(planted: dict) -> None:
     whole periods at its own phase against the null sink's renders, so the two can
     differ by up to a period; the probes' playout end, ``pulsesink0:device``, is the
     render (the sink's schedule is not after it), so the time the samples then wait in
-    the server's stream buffer, at most the sink's buffer-time, is unexplained. Seven
+    the server's stream buffer, at most the sink's buffer-time, is unexplained. Nine
     runs: -2.2 to +7.6 ms."""
     for run_dir, summary in planted.values():
         box = summary["blackbox"]
@@ -121,15 +103,9 @@ def test_planted_link_delay_moves_the_pulse_black_box_and_probes_alike(planted: 
     """As on JACK (tests/test_blackbox.py): the link carries the planted 30 ms exactly;
     the black box less what the probes saw move besides the link recovers it, up to
     how each run's samples line up with the devices' periods."""
-    boxes = {delay: summary["blackbox"] for delay, (_, summary) in planted.items()}
-    shift = {k: boxes[35.0][k]["p50_ms"] - boxes[5.0][k]["p50_ms"] for k in ("black_box", "probed")}
-    on_link = {
-        delay: segment(summary, "link/tx->rx:out")["p50_ms"]
-        for delay, (_, summary) in planted.items()
-    }
-    assert on_link[35.0] - on_link[5.0] == pytest.approx(30.0, abs=0.1)
-    besides_link = shift["probed"] - (on_link[35.0] - on_link[5.0])
-    assert shift["black_box"] - besides_link == pytest.approx(30.0, abs=PERIOD_MS + 0.5)
+    on_link, beyond_probes = black_box_shifts(planted)
+    assert on_link == pytest.approx(30.0, abs=0.1)
+    assert beyond_probes == pytest.approx(30.0, abs=PERIOD_MS + 0.5)
 
 
 def test_report_shows_the_pulse_black_box(planted: dict) -> None:

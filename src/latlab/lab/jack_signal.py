@@ -38,6 +38,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from latlab.lab.rig_cli import rig_parser, run_rig
+
 LOG_SCHEMA = "latlab.jack-signal/1"
 CONNECT_TIMEOUT_S = 10.0
 CALIBRATION_PAIRS = 64
@@ -292,22 +294,9 @@ def run(args: argparse.Namespace) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m latlab.lab.jack_signal")
-    parser.add_argument("mode", choices=("inject", "record"))
+    parser = rig_parser("python -m latlab.lab.jack_signal", "per-cycle timing (Parquet)")
     parser.add_argument("--client", required=True, help="JACK client to connect to")
-    parser.add_argument("--wav", type=Path, required=True, help="signal to play / recording")
-    parser.add_argument("--log", type=Path, required=True, help="per-cycle timing (Parquet)")
-    parser.add_argument("--max-s", type=float, default=600.0, help="longest recording")
-    parser.add_argument(
-        "--exit-at-end", action="store_true", help="inject: stop once the file has been played"
-    )
-    args = parser.parse_args(argv)
-    try:
-        run(args)
-    except Exception as exc:  # one line for the run's log; the run reports it
-        print(f"latlab-{args.mode}: error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return run_rig(run, parser.parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from latlab.ingest.browser_signal import DELIVERY_TIMING, write_timing_log
+from latlab.lab.rig_cli import rig_parser, run_rig
 
 BLOCK_S = 0.01  # a recorder's read and a player's write, unless --block-s says otherwise
 TAIL_S = 0.5  # --exit-at-end: monitor recorded after the file was drained into the sink
@@ -219,30 +220,18 @@ def _inject(args: argparse.Namespace, stop: threading.Event) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m latlab.lab.pulse_signal")
-    parser.add_argument("mode", choices=("inject", "record"))
+    parser = rig_parser("python -m latlab.lab.pulse_signal", "per-read timing (Parquet)")
     parser.add_argument("--device", required=True, help="sink to play to / source to record")
-    parser.add_argument("--wav", type=Path, required=True, help="signal to play / recording")
-    parser.add_argument("--log", type=Path, required=True, help="per-read timing (Parquet)")
     parser.add_argument("--monitor-wav", type=Path, help="inject: the sink's monitor, recorded")
     parser.add_argument("--rate", type=int, default=48000, help="record: sample rate")
-    parser.add_argument("--max-s", type=float, default=600.0, help="longest recording")
     parser.add_argument(
         "--block-s", type=float, default=BLOCK_S, help="read/write size: the device's period"
-    )
-    parser.add_argument(
-        "--exit-at-end", action="store_true", help="inject: stop once the file has been played"
     )
     args = parser.parse_args(argv)
     if args.mode == "inject" and args.monitor_wav is None:
         parser.error("inject needs --monitor-wav")
     stop = _stop_on_signals()
-    try:
-        (_inject if args.mode == "inject" else _record)(args, stop)
-    except Exception as exc:  # one line for the run's log; the run reports it
-        print(f"latlab-{args.mode}: error: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return run_rig(lambda a: (_inject if a.mode == "inject" else _record)(a, stop), args)
 
 
 if __name__ == "__main__":
