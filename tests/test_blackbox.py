@@ -21,6 +21,7 @@ import pytest
 from latlab.analysis.blackbox import (
     RECEIVED_WAV,
     SIGNAL_DIR,
+    BlackBoxError,
     RigLog,
     SignalEnds,
     delivery_times,
@@ -28,8 +29,11 @@ from latlab.analysis.blackbox import (
     jack_to_monotonic,
     probed_end_to_end,
 )
+from latlab.ingest.browser_signal import DELIVERY_TIMING, write_timing_log
 from latlab.lab.scenario import ScenarioError, parse_scenario
 from latlab.pipeline import analyze_run
+from latlab.signal.commands import GenerateOptions, generate_file
+from latlab.signal.wavio import read_wav, write_wav
 from latlab.stitch.journeys import Journeys
 from latlab.stitch.paths import StreamPath
 from latlab.stitch.position import MISSING
@@ -41,7 +45,6 @@ from tests.conftest import (
     signal_on_one_device,
 )
 
-BOTH_ENDS = ("black_box", "probed")
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "l16-jack-blackbox.toml"
 MS = 1_000_000
@@ -94,6 +97,36 @@ def test_delivery_times_take_the_low_envelope_of_the_reads_and_follow_a_step() -
     np.testing.assert_allclose(times[110:], true_ns[110:], atol=1)
     # next to the step the envelope takes the earlier timeline: never later than true
     assert np.all(times[90:110] <= true_ns[90:110] + 1)
+
+
+def _delivered_copy(signal_dir: Path, name: str, log: str, lead: int, **meta: str) -> None:
+    """The sent file behind ``lead`` samples of silence, as a device rig recorded it: 10 ms
+    reads, each returning the moment its last sample was there (from t = 1 s)."""
+    sent = read_wav(signal_dir / "sent.wav")
+    samples = np.concatenate([np.zeros(lead), sent.samples])
+    write_wav(signal_dir / name, samples, sent.rate)
+    position = np.arange(0, len(samples) - 480, 480)
+    returned = 1e9 + (position + 480) * (1e9 / sent.rate)
+    meta = {"rate": sent.rate, "timing": DELIVERY_TIMING, **meta}
+    write_timing_log(signal_dir / log, position, returned, np.full(len(position), 480), meta)
+
+
+def test_a_device_injection_is_timed_where_its_own_recording_found_the_codes(
+    tmp_path: Path,
+) -> None:
+    # the capture device delivered the codes 1000 samples into its recording, the playout
+    # device 3000 samples into its own, both on one timeline: 2000 samples apart
+    generate_file(GenerateOptions(out=tmp_path / "sent.wav", duration_s=2.0))
+    _delivered_copy(tmp_path, "injected.wav", "inject.parquet", 1000, recording="injected.wav")
+    _delivered_copy(tmp_path, RECEIVED_WAV, "record.parquet", 3000)
+    delays = rig_code_delays(tmp_path)
+    assert delays.found.sum() >= 5
+    np.testing.assert_allclose(
+        delays.black_box_ns[delays.found], 2000 / 48000 * 1e9, atol=2_000
+    )  # 2 us: a tenth of a sample
+    (tmp_path / "injected.wav").unlink()
+    with pytest.raises(BlackBoxError, match=r"injected.wav: no such file"):
+        rig_code_delays(tmp_path)
 
 
 def _journeys(starts_ms: list[float], end_to_end_ms: list[float]) -> Journeys:

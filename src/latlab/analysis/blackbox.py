@@ -67,7 +67,11 @@ class BlackBoxError(ValueError):
 
 @dataclass(frozen=True)
 class RigLog:
-    """A rig's per-cycle timing (see ``latlab.lab.jack_signal``), times in CLOCK_MONOTONIC."""
+    """A rig's per-cycle timing (see ``latlab.lab.jack_signal``), times in CLOCK_MONOTONIC.
+
+    Positions are in the sent file, or, for a log with a ``recording``, in that file
+    beside it (a PulseAudio injection: what the capture device delivered).
+    """
 
     path: Path
     rate: int
@@ -75,6 +79,7 @@ class RigLog:
     cycle_ns: np.ndarray  # that cycle's start, CLOCK_MONOTONIC ns
     nframes: np.ndarray
     xruns: int
+    recording: str | None = None
 
     def sample_times(self, positions: np.ndarray) -> np.ndarray:
         """CLOCK_MONOTONIC ns of (fractional) file positions; NaN outside the logged cycles.
@@ -157,6 +162,7 @@ def read_rig_log(path: Path) -> RigLog:
         cycle_ns=cycle_ns,
         nframes=table.column("nframes").to_numpy().astype(np.int64),
         xruns=int(meta.get("xruns", 0)),
+        recording=meta.get("recording"),
     )
 
 
@@ -234,9 +240,10 @@ def code_delays(signal_dir: Path, sent: SentCodes, inject: RigLog, record: RigLo
         raise BlackBoxError(
             f"{sent.path}: codes at {sent_rate} Hz, but {inject.path} played at {inject.rate} Hz"
         )
-    if (signal_dir / INJECTED_WAV).is_file():
+    if inject.recording is not None:
         # a device end recorded what its capture device delivered: time the codes there
-        inject_ns, _, _ = _decoded(signal_dir / INJECTED_WAV, inject, sent_index)
+        recording = signal_dir / Path(inject.recording).name  # beside the log, nowhere else
+        inject_ns, _, _ = _decoded(recording, inject, sent_index)
     else:
         inject_ns = inject.sample_times(sent_s * sent_rate)
     record_at, confidence, inferred = _decoded(signal_dir / RECEIVED_WAV, record, sent_index)

@@ -147,12 +147,16 @@ class Recording:
             self.reads += 1
             self.length += self.block
 
-    def write(self, wav: Path, log: Path, source: str) -> None:
+    def write(self, wav: Path, log: Path, source: str, beside: bool = False) -> None:
+        """The recording and its timing log; ``beside``: the log's positions are in
+        the recording, not in the file played (the log names it)."""
         from latlab.signal.wavio import write_wav
 
         write_wav(wav, self.samples[: self.length] / 32767.0, self.rate)
         n = self.reads
         meta = {"rate": self.rate, "source": source, "timing": DELIVERY_TIMING}
+        if beside:
+            meta["recording"] = wav.name
         nframes = np.full(n, self.block, dtype=np.int64)
         write_timing_log(log, self.position[:n], self.returned_ns[:n], nframes, meta)
 
@@ -215,7 +219,8 @@ def _inject(args: argparse.Namespace, stop: threading.Event) -> None:
     tapping.set()
     reader.join()
     tap.close()
-    monitor.write(args.monitor_wav, args.log, f"latlab.lab.pulse_signal inject {args.device}")
+    source = f"latlab.lab.pulse_signal inject {args.device}"
+    monitor.write(args.monitor_wav, args.log, source, beside=True)
     print(f"inject: {played} samples played, {monitor.length} recorded", file=sys.stderr)
 
 
