@@ -4,7 +4,8 @@ A run with a ``[signal]`` table plays time-coded audio in at one end and records
 the other (``latlab.lab.signal_rig``). Each end has a timing log: which file sample a
 block of audio began with and when (CLOCK_MONOTONIC). A JACK rig logs every cycle
 (JACK's clock, calibrated to CLOCK_MONOTONIC; ``latlab.lab.jack_signal``), a PulseAudio
-rig every 10 ms block (``latlab.lab.pulse_signal``); a GStreamer
+rig every read of one device period (``latlab.lab.pulse_signal``; its injection end
+also records what the capture device delivered, and the codes are timed there); a GStreamer
 end's log comes from the trace: the pushes of ``latlab_signal_in`` (the file played in
 real time, positions from PTS) or the pushes into ``latlab_signal_out`` (positions
 counted from the buffers' sizes, which is what the WAV file holds). Here:
@@ -55,7 +56,7 @@ INJECTED_WAV = "injected.wav"  # a device end: what its capture device delivered
 INJECT_LOG = "inject.parquet"
 RECORD_LOG = "record.parquet"
 CODES_FILE = "blackbox.parquet"
-DELIVERY_WINDOW = 20  # reads around each read in its delivery envelope (200 ms of 10 ms reads)
+DELIVERY_READS = 10  # reads on each side of a read in its delivery envelope (10 ms reads)
 RIG_SCHEMA = "latlab.jack-signal/1"
 SOURCE_ELEMENT = "latlab_signal_in"
 SINK_ELEMENT = "latlab_signal_out"
@@ -131,8 +132,9 @@ def _tightest(pairs: list[list[int]]) -> tuple[float, float]:
 
 
 def read_rig_log(path: Path) -> RigLog:
-    """A timing log: a JACK rig's, or a browser end's (``latlab.ingest.browser_signal``);
-    a missing, truncated or foreign file: BlackBoxError."""
+    """A timing log: a JACK rig's, a PulseAudio rig's (delivery times, see
+    :func:`delivery_times`) or a browser end's (``latlab.ingest.browser_signal``); a
+    missing, truncated or foreign file: BlackBoxError."""
     if not path.is_file():
         raise BlackBoxError(f"{path}: no such file (did the signal rig start?)")
     try:
@@ -140,12 +142,25 @@ def read_rig_log(path: Path) -> RigLog:
         meta = json.loads((table.schema.metadata or {}).get(b"latlab", b"{}"))
     except (pa.ArrowInvalid, OSError, ValueError) as exc:
         raise BlackBoxError(f"{path}: not a readable rig log ({exc})") from None
+    try:
+        return _rig_log(path, table, meta)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        raise BlackBoxError(f"{path}: a rig log with bad metadata ({exc!r})") from None
+
+
+def _rig_log(path: Path, table: pa.Table, meta: dict[str, Any]) -> RigLog:
+    rate = int(meta["rate"])
+    if rate <= 0:
+        raise ValueError(f"rate {rate}")
+    recording = meta.get("recording")
+    if recording is not None and not isinstance(recording, str):
+        raise TypeError(f"recording {recording!r}")
     if meta.get("schema") == TIMING_SCHEMA and meta.get("timing") == DELIVERY_TIMING:
         cycle_ns = delivery_times(
             table.column("position").to_numpy(),
             table.column("time_ns").to_numpy(),
             table.column("nframes").to_numpy(),
-            int(meta["rate"]),
+            rate,
         )
     elif meta.get("schema") == TIMING_SCHEMA:
         cycle_ns = table.column("time_ns").to_numpy().astype(np.float64)
@@ -157,12 +172,12 @@ def read_rig_log(path: Path) -> RigLog:
         raise BlackBoxError(f"{path}: not a latlab signal rig log (schema {meta.get('schema')!r})")
     return RigLog(
         path=path,
-        rate=int(meta["rate"]),
+        rate=rate,
         position=table.column("position").to_numpy(),
         cycle_ns=cycle_ns,
         nframes=table.column("nframes").to_numpy().astype(np.int64),
         xruns=int(meta.get("xruns", 0)),
-        recording=meta.get("recording"),
+        recording=recording,
     )
 
 
@@ -171,21 +186,22 @@ def delivery_times(
 ) -> np.ndarray:
     """When each read's first sample was delivered, from when the reads returned.
 
-    A read returns once the server delivered its last sample, never before; so, as for
-    a device source's pushes (``latlab.stitch.journeys.device_capture_times``), a
-    sample at position ``p`` was delivered at ``c + p / rate``, where ``c`` is the low
-    envelope of return time less end position: here the minimum over the
-    ``DELIVERY_WINDOW`` reads around each read, which follows the steps a server's
-    timeline takes when its clients' latency requests change.
+    A read returns once the server delivered its last sample, never before; so, the
+    model latlab dates a device source's pushes by
+    (``latlab.stitch.journeys.device_capture_times``), a sample at position ``p`` was
+    delivered at ``c + p / rate``, where ``c`` is the low envelope of return time less
+    end position. The estimator differs: the minimum over the ``DELIVERY_READS`` reads
+    on each side of a read (a rig reads only one block per period, and a server's
+    timeline steps when its clients' latency requests change), not a low quantile
+    over windows of 200 pushes.
     """
     start_ns = np.asarray(position, dtype=np.float64) * (1e9 / rate)
     end_ns = start_ns + np.asarray(nframes, dtype=np.float64) * (1e9 / rate)
     offset = np.asarray(returned_ns, dtype=np.float64) - end_ns
     if not len(offset):
         return offset
-    half = DELIVERY_WINDOW // 2
-    padded = np.pad(offset, half, mode="edge")
-    window = np.lib.stride_tricks.sliding_window_view(padded, 2 * half + 1)
+    padded = np.pad(offset, DELIVERY_READS, mode="edge")
+    window = np.lib.stride_tricks.sliding_window_view(padded, 2 * DELIVERY_READS + 1)
     return start_ns + window.min(axis=1)
 
 
@@ -234,27 +250,39 @@ def read_sent_codes(signal_dir: Path) -> SentCodes:
 
 
 def code_delays(signal_dir: Path, sent: SentCodes, inject: RigLog, record: RigLog) -> CodeDelays:
-    """Join the sent codes and the codes decoded in the recording by index."""
+    """Join the sent codes and the codes decoded in the recording by index.
+
+    A code's injection instant is its place in the sent file on the injection log; or,
+    when that log names a recording (what a capture device delivered), where the code
+    was decoded in it. A code not decoded there (but recorded at the other end) is
+    placed by the median lag of the others and counts as inferred.
+    """
     sent_index, sent_s, sent_rate = sent.index, sent.time_s, sent.rate
     if sent_rate != inject.rate:
         raise BlackBoxError(
             f"{sent.path}: codes at {sent_rate} Hz, but {inject.path} played at {inject.rate} Hz"
         )
-    if inject.recording is not None:
-        # a device end recorded what its capture device delivered: time the codes there
-        recording = signal_dir / Path(inject.recording).name  # beside the log, nowhere else
-        inject_ns, _, _ = _decoded(recording, inject, sent_index)
-    else:
+    received = _decoded(signal_dir / RECEIVED_WAV, record, sent_index)
+    if inject.recording is None:
         inject_ns = inject.sample_times(sent_s * sent_rate)
-    record_at, confidence, inferred = _decoded(signal_dir / RECEIVED_WAV, record, sent_index)
-    return CodeDelays(sent_index, inject_ns, record_at, confidence, inferred)
+        return CodeDelays(sent_index, inject_ns, *received[:3])
+    injected = _decoded(signal_dir / Path(inject.recording).name, inject, sent_index)
+    missed = np.isnan(injected[3])
+    lag = injected[3] - sent_s * sent_rate
+    if missed.any() and not missed.all():
+        guessed = inject.sample_times(sent_s[missed] * sent_rate + np.nanmedian(lag))
+        injected[0][missed] = guessed
+    confidence = np.where(missed, received[1], np.minimum(received[1], injected[1]))
+    inferred = received[2] | injected[2] | (missed & np.isfinite(injected[0]))
+    return CodeDelays(sent_index, injected[0], received[0], confidence, inferred)
 
 
 def _decoded(
     path: Path, log: RigLog, sent_index: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per code sent, when it was found in a recording (NaN if not), its confidence
-    and whether it was inferred; the recording's timing is ``log``."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per code sent, when it was found in a recording (NaN if not), its confidence,
+    whether it was inferred, and where in the recording (samples, NaN if not found);
+    the recording's timing is ``log``."""
     try:
         audio = read_wav(path)
     except SignalError as exc:
@@ -265,15 +293,17 @@ def _decoded(
         )
     found = decode(audio.samples, audio.rate)
     at = np.full(len(sent_index), np.nan)
+    position = np.full(len(sent_index), np.nan)
     confidence = np.zeros(len(sent_index))
     inferred = np.zeros(len(sent_index), dtype=bool)
     slot = np.searchsorted(sent_index, found.index)
     last = max(len(sent_index) - 1, 0)
     ok = (slot < len(sent_index)) & (sent_index[np.minimum(slot, last)] == found.index)
-    at[slot[ok]] = log.sample_times(found.time_s[ok] * audio.rate)
+    position[slot[ok]] = found.time_s[ok] * audio.rate
+    at[slot[ok]] = log.sample_times(position[slot[ok]])
     confidence[slot[ok]] = found.confidence[ok]
     inferred[slot[ok]] = found.inferred[ok]
-    return at, confidence, inferred
+    return at, confidence, inferred, position
 
 
 @dataclass(frozen=True)

@@ -118,6 +118,20 @@ class Stream:
         self.lib.pa_simple_free(self.handle)
 
 
+class StopFlag:
+    """Set by a signal handler or another thread, read between blocks. A plain flag:
+    a handler must not take a lock its own thread may hold (``threading.Event`` does)."""
+
+    def __init__(self) -> None:
+        self.raised = False
+
+    def set(self) -> None:
+        self.raised = True
+
+    def is_set(self) -> bool:
+        return self.raised
+
+
 @dataclass
 class Recording:
     """Preallocated samples and, per read, its first sample and when the read returned."""
@@ -131,6 +145,7 @@ class Recording:
     reads: int = 0
     length: int = 0
     limit: int | None = None  # stop once this many samples are in (None: when full)
+    error: RigError | None = None  # why the reads stopped early, if they did
 
     def __post_init__(self) -> None:
         self.samples = np.zeros(int(self.seconds * self.rate), dtype=np.int16)
@@ -138,12 +153,17 @@ class Recording:
         self.position = np.zeros(capacity, dtype=np.int64)
         self.returned_ns = np.zeros(capacity, dtype=np.int64)
 
-    def record(self, stream: Stream, stop: threading.Event) -> None:
-        """Read blocks until ``stop`` is set or the recording is full."""
+    def record(self, stream: Stream, stop: StopFlag) -> None:
+        """Read blocks until ``stop`` is set, the recording is full or a read fails
+        (kept in ``error``: what was read stays)."""
         while not stop.is_set() and self.length + self.block <= (self.limit or len(self.samples)):
-            stream.transfer(self.samples[self.length : self.length + self.block])
-            self.position[self.reads] = self.length
+            try:
+                stream.transfer(self.samples[self.length : self.length + self.block])
+            except RigError as exc:
+                self.error = exc
+                return
             self.returned_ns[self.reads] = time.monotonic_ns()
+            self.position[self.reads] = self.length
             self.reads += 1
             self.length += self.block
 
@@ -152,6 +172,7 @@ class Recording:
         the recording, not in the file played (the log names it)."""
         from latlab.signal.wavio import write_wav
 
+        # write_wav scales by 32767, so the samples read are written back exactly
         write_wav(wav, self.samples[: self.length] / 32767.0, self.rate)
         n = self.reads
         meta = {"rate": self.rate, "source": source, "timing": DELIVERY_TIMING}
@@ -161,7 +182,7 @@ class Recording:
         write_timing_log(log, self.position[:n], self.returned_ns[:n], nframes, meta)
 
 
-def play(stream: Stream, samples: np.ndarray, block: int, stop: threading.Event) -> int:
+def play(stream: Stream, samples: np.ndarray, block: int, stop: StopFlag) -> int:
     """Write the file block by block until it ends or ``stop`` is set; samples played."""
     done = 0
     while not stop.is_set() and done < len(samples):
@@ -174,15 +195,15 @@ def _frames(seconds: float, rate: int) -> int:
     return max(1, round(seconds * rate))
 
 
-def _stop_on_signals() -> threading.Event:
-    """An event set by SIGINT or SIGTERM (checked between blocks, each a few ms away)."""
-    stop = threading.Event()
+def _stop_on_signals() -> StopFlag:
+    """A flag SIGINT or SIGTERM sets (checked between blocks, each a period away)."""
+    stop = StopFlag()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda _signum, _frame: stop.set())
     return stop
 
 
-def _record(args: argparse.Namespace, stop: threading.Event) -> None:
+def _record(args: argparse.Namespace, stop: StopFlag) -> None:
     recording = Recording(args.rate, args.max_s, _frames(args.block_s, args.rate))
     stream = Stream("record", args.device, args.rate, recording.block)
     print("ready", flush=True)
@@ -190,38 +211,42 @@ def _record(args: argparse.Namespace, stop: threading.Event) -> None:
         recording.record(stream, stop)
     finally:
         stream.close()
-    recording.write(args.wav, args.log, f"latlab.lab.pulse_signal record {args.device}")
+        recording.write(args.wav, args.log, f"latlab.lab.pulse_signal record {args.device}")
     print(f"record: {recording.length} samples in {recording.reads} reads", file=sys.stderr)
+    if recording.error is not None:
+        raise recording.error
 
 
-def _inject(args: argparse.Namespace, stop: threading.Event) -> None:
+def _inject(args: argparse.Namespace, stop: StopFlag) -> None:
     from latlab.signal.wavio import read_wav
 
     audio = read_wav(args.wav)
-    samples = np.round(np.clip(audio.samples, -1.0, 1.0) * 32767.0).astype(np.int16)
-    duration_s = len(samples) / audio.rate + args.max_s
+    samples = np.clip(np.round(audio.samples * 32768.0), -32768, 32767).astype(np.int16)
     block = _frames(args.block_s, audio.rate)
-    monitor = Recording(audio.rate, duration_s, block)
+    monitor = Recording(audio.rate, len(samples) / audio.rate + args.max_s, block)
     tap = Stream("record", f"{args.device}.monitor", audio.rate, block)
     player = Stream("inject", args.device, audio.rate, block)
-    tapping = threading.Event()
+    tapping = StopFlag()
     reader = threading.Thread(target=monitor.record, args=(tap, tapping), daemon=True)
     reader.start()
     print("ready", flush=True)
-    played = play(player, samples, block, stop)
-    player.close()  # drained: every sample is in the sink
-    if args.exit_at_end:
-        # what the sink still buffered reaches the monitor within its latency
-        monitor.limit = min(monitor.length + round(TAIL_S * audio.rate), len(monitor.samples))
+    played = 0
+    try:
+        played = play(player, samples, block, stop)
+        player.close()  # drained: every sample is in the sink
+        if args.exit_at_end:  # what the sink still held reaches the monitor within its latency
+            monitor.limit = min(monitor.length + round(TAIL_S * audio.rate), len(monitor.samples))
+        while not stop.is_set() and reader.is_alive():
+            reader.join(0.1)  # the runner stops the rigs together, after the processes
+    finally:
+        tapping.set()
         reader.join()
-    while not stop.is_set() and reader.is_alive():
-        stop.wait(0.1)  # the runner stops the rigs together, after the processes
-    tapping.set()
-    reader.join()
-    tap.close()
-    source = f"latlab.lab.pulse_signal inject {args.device}"
-    monitor.write(args.monitor_wav, args.log, source, beside=True)
+        tap.close()
+        source = f"latlab.lab.pulse_signal inject {args.device}"
+        monitor.write(args.monitor_wav, args.log, source, beside=True)
     print(f"inject: {played} samples played, {monitor.length} recorded", file=sys.stderr)
+    if monitor.error is not None:
+        raise monitor.error
 
 
 def main(argv: list[str] | None = None) -> int:

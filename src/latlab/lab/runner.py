@@ -259,8 +259,8 @@ class _Run:
             raise RunError(str(exc)) from None
 
     def _start_signal_rig(self) -> None:
-        """Start the JACK player and recorder of ``[signal]`` (GStreamer ends run in their
-        processes)."""
+        """Start the device ends' players and recorders of ``[signal]`` (JACK or
+        PulseAudio; GStreamer ends run in their processes, browser ends in the browsers)."""
         if self.signal is None:
             return
         assert self.lab is not None

@@ -996,7 +996,8 @@ class _Parser:
         devices: tuple[Device, ...],
         processes: tuple[Process, ...],
     ) -> SignalEnd:
-        """``inject`` or ``record``: a JACK device (with its client) or a GStreamer process."""
+        """``inject`` or ``record``: a JACK device (with its client), a PulseAudio device,
+        a GStreamer process or a browser."""
         name = self.string(self.required(table, side, "signal"), f"signal.{side}")
         client_key = f"{side}_client"
         device = next((d for d in devices if d.name == name), None)
@@ -1017,6 +1018,12 @@ class _Parser:
                 )
             return SignalEnd("pulse", name)
         if device is not None:
+            if device.server != "jack":
+                raise self.fail(
+                    f"signal.{side}",
+                    f"device '{name}' is a {device.server} device; the rig plays and records "
+                    "through JACK or PulseAudio devices",
+                )
             client = self.string(self.required(table, client_key, "signal"), f"signal.{client_key}")
             self.ident(client, f"signal.{client_key}", ENTITY_RE, ENTITY_RULE)
             return SignalEnd("jack", name, client)

@@ -32,13 +32,13 @@ def span_text(box: dict[str, Any]) -> str:
     if span.get("from_plus_ms"):
         start += (
             f" + {span['from_plus_ms']:g} ms (one JACK period: a device source's samples are "
-            "dated as if captured during the period before it reached the client; the "
-            "signal entered the graph then)"
+            "dated as if captured during the period before it reached the client; the rig's "
+            "signal entered the graph one period later, when it reached the client)"
         )
     return f"probed from {start} to {span['to']}"
 
 
-def _within(segments: list[dict[str, Any]], span: dict[str, str]) -> list[dict[str, Any]]:
+def _within(segments: list[dict[str, Any]], span: dict[str, Any]) -> list[dict[str, Any]]:
     """The segments after ``span['from']`` up to ``span['to']`` (all without a span)."""
     ends = [seg.get("to") for seg in segments]
     first = ends.index(span["from"]) + 1 if span.get("from") in ends else 0

@@ -158,8 +158,8 @@ def blackbox_view(summary: dict[str, Any]) -> Group:
             Text(
                 "the probed end to end includes estimated device time: "
                 + ", ".join(estimated)
-                + "; the black box runs from where latlab's rig feeds the capture device to "
-                "where it taps the playout device (the drivers' own latencies are outside it)",
+                + "; the black box runs from where the signal went in to where it was "
+                "recorded (a device's driver latencies are outside it)",
                 style="dim",
             )
         )

@@ -11,7 +11,7 @@ appends two estimated probes:
   latency`` on the pipeline clock (the tracer records all three) and writes its ring
   buffer contiguously from there (:func:`written_contiguously`). How the ring buffer
   lines up with the device's periods is not in the pushes: against the black box on
-  JACK the estimate was 0.6 to 9.4 ms early over thirteen runs, within one period (a full
+  JACK the estimate was 0.6 to 9.9 ms early over seventeen runs, within one period (a full
   ring buffer, the estimate this replaced, was 34 ms late). Without a clock or latency
   record it falls back to the render plus a full ring buffer (periods x period of the
   device), an upper bound.
@@ -21,7 +21,7 @@ appends two estimated probes:
 Both are estimates, not observations; summary.json marks their segments
 ``"device": true, "estimated": true``. For ``pulsesink`` the schedule is not after
 the render, so ``device`` is the render; a PulseAudio black box
-(``scenarios/l16-pulse-blackbox.toml``) left -2.2 to +7.6 ms unexplained over nine
+(``scenarios/l16-pulse-blackbox.toml``) left -2.2 to +7.6 ms unexplained over fourteen
 runs: the samples' wait in the server's stream buffer, which this estimate does not
 model, and how each reader's periods line up with the null sink's renders.
 
