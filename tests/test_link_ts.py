@@ -65,8 +65,12 @@ DATAGRAMS = [
     ts_packet(0x100, 9000),  # 8 plain TS over UDP
 ]
 
+# The sender stays on one CPU: a veth hands each packet to the backlog of the CPU that
+# sent it, so a sender moved between two sends can have its packets reach the link out
+# of order (the plain TS packet once arrived before the encrypted one sent before it).
 SEND = """
-import socket, sys
+import os, socket, sys
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
 blob = open(sys.argv[2], "rb").read()
 sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 at = 0
