@@ -21,7 +21,7 @@ appends two estimated probes:
 Both are estimates, not observations; summary.json marks their segments
 ``"device": true, "estimated": true``. For ``pulsesink`` the schedule is not after
 the render, so ``device`` is the render; a PulseAudio black box
-(``scenarios/l16-pulse-blackbox.toml``) left -0.2 to +8.8 ms unexplained over six
+(``scenarios/l16-pulse-blackbox.toml``) left -0.2 to +9.6 ms unexplained over nine
 runs: the samples' wait in the server's stream buffer, which this estimate does not
 model, and how each reader's periods line up with the null sink's renders.
 
