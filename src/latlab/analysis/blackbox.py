@@ -32,7 +32,7 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -265,24 +265,32 @@ def code_delays(signal_dir: Path, sent: SentCodes, inject: RigLog, record: RigLo
     received = _decoded(signal_dir / RECEIVED_WAV, record, sent_index)
     if inject.recording is None:
         inject_ns = inject.sample_times(sent_s * sent_rate)
-        return CodeDelays(sent_index, inject_ns, *received[:3])
+        return CodeDelays(
+            sent_index, inject_ns, received.at_ns, received.confidence, received.inferred
+        )
     injected = _decoded(signal_dir / Path(inject.recording).name, inject, sent_index)
-    missed = np.isnan(injected[3])
-    lag = injected[3] - sent_s * sent_rate
+    missed = np.isnan(injected.position)
     if missed.any() and not missed.all():
-        guessed = inject.sample_times(sent_s[missed] * sent_rate + np.nanmedian(lag))
-        injected[0][missed] = guessed
-    confidence = np.where(missed, received[1], np.minimum(received[1], injected[1]))
-    inferred = received[2] | injected[2] | (missed & np.isfinite(injected[0]))
-    return CodeDelays(sent_index, injected[0], received[0], confidence, inferred)
+        lag = np.nanmedian(injected.position - sent_s * sent_rate)
+        injected.at_ns[missed] = inject.sample_times(sent_s[missed] * sent_rate + lag)
+    confidence = np.where(
+        missed, received.confidence, np.minimum(received.confidence, injected.confidence)
+    )
+    inferred = received.inferred | injected.inferred | (missed & np.isfinite(injected.at_ns))
+    return CodeDelays(sent_index, injected.at_ns, received.at_ns, confidence, inferred)
 
 
-def _decoded(
-    path: Path, log: RigLog, sent_index: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per code sent, when it was found in a recording (NaN if not), its confidence,
-    whether it was inferred, and where in the recording (samples, NaN if not found);
-    the recording's timing is ``log``."""
+class _Decoded(NamedTuple):
+    """Per code sent, what a recording says of it (NaN / 0 / False where not found)."""
+
+    at_ns: np.ndarray  # when it was there, CLOCK_MONOTONIC
+    confidence: np.ndarray
+    inferred: np.ndarray
+    position: np.ndarray  # where in the recording, samples
+
+
+def _decoded(path: Path, log: RigLog, sent_index: np.ndarray) -> _Decoded:
+    """The codes found in a recording whose timing is ``log``, by the codes sent."""
     try:
         audio = read_wav(path)
     except SignalError as exc:
@@ -303,7 +311,7 @@ def _decoded(
     at[slot[ok]] = log.sample_times(position[slot[ok]])
     confidence[slot[ok]] = found.confidence[ok]
     inferred[slot[ok]] = found.inferred[ok]
-    return at, confidence, inferred, position
+    return _Decoded(at, confidence, inferred, position)
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from latlab.ingest.chrome_trace import find_chrome_trace, read_chrome_trace
 from latlab.ingest.trace_reader import TraceError
 from latlab.lab.devices import pulse_sink
 from latlab.lab.process import ChildProcess
-from latlab.lab.scenario import Scenario, SignalEnd, SignalRig
+from latlab.lab.scenario import Device, Scenario, SignalEnd, SignalRig
 from latlab.signal.commands import GenerateOptions, generate_file
 from latlab.signal.errors import SignalError
 
@@ -163,14 +163,17 @@ class SignalRigRun:
         sink (to play into) or its monitor (to record)."""
         if end.kind == "jack":
             return ["--client", end.client]
-        device = next(d for d in self.scenario.devices if d.name == end.name)
+        device = self._device(end)
         sink, block = pulse_sink(device.name), ["--block-s", f"{device.period_us / 1e6:g}"]
         if mode == "inject":
             return ["--device", sink, "--monitor-wav", str(self.dir / INJECTED_WAV), *block]
         return ["--device", f"{sink}.monitor", "--rate", str(device.rate), *block]
 
+    def _device(self, end: SignalEnd) -> Device:
+        return next(d for d in self.scenario.devices if d.name == end.name)
+
     def _device_host(self, end: SignalEnd) -> str:
-        return next(d.host for d in self.scenario.devices if d.name == end.name)
+        return self._device(end).host
 
     def describe(self) -> dict[str, Any]:
         """For run.json."""
