@@ -79,9 +79,10 @@ def test_every_code_crosses_the_pulse_devices(planted: dict) -> None:
     by the same model (a read's last sample just before it returned), but each reads
     whole periods at its own phase against the null sink's renders, so the two can
     differ by up to a period; the probes' playout end, ``pulsesink0:device``, is the
-    render (the sink's schedule is not after it), so the time the samples then wait in
-    the server's stream buffer, at most the sink's buffer-time, is unexplained. Nine
-    runs: -0.2 to +9.6 ms."""
+    render (it writes into the server's stream as it renders), so the time the samples
+    then wait in the server's stream buffer, at most the sink's buffer-time, is
+    unexplained. Ten runs: +2.2 to +10.0 ms (with pulsesink's schedule instead, one
+    run read -12.7 ms)."""
     for run_dir, summary in planted.values():
         box = summary["blackbox"]
         assert box["codes"]["injected"] >= 25

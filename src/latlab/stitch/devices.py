@@ -19,11 +19,14 @@ appends two estimated probes:
   server reported (JACK's port latency, the dummy driver's periods), if it reported one.
 
 Both are estimates, not observations; summary.json marks their segments
-``"device": true, "estimated": true``. For ``pulsesink`` the schedule is not after
-the render, so ``device`` is the render; a PulseAudio black box
-(``scenarios/l16-pulse-blackbox.toml``) left -0.2 to +9.6 ms unexplained over nine
-runs: the samples' wait in the server's stream buffer, which this estimate does not
-model, and how each reader's periods line up with the null sink's renders.
+``"device": true, "estimated": true``. ``pulsesink`` writes its samples into the
+server's stream as it renders (``SERVER_STREAM_SINKS``), so its ``device`` is the
+render. Its schedule put the samples 0 ms after the render in most runs but 7.4 and
+21.5 ms after it in two, where a PulseAudio black box
+(``scenarios/l16-pulse-blackbox.toml``) then left +2.5 and -12.7 ms unexplained; with
+the render, +9.9 and +9.8 ms, and +2.2 to +10.0 ms over ten runs: the samples' wait
+in the server's stream buffer, which this estimate does not model, and how each
+reader's periods line up with the null sink's renders.
 
 The capture segment of a path whose origin is an audio device source
 (``jackaudiosrc``, ``pulsesrc``, ``alsasrc``) is device time too: it runs from
@@ -45,6 +48,9 @@ from latlab.stitch.position import MISSING
 
 DEVICE_SOURCES = {"jackaudiosrc", "pulsesrc", "alsasrc", "pipewiresrc", "osssrc"}
 DEVICE_SINKS = {"jackaudiosink", "pulsesink", "alsasink", "pipewiresink", "osssink"}
+# Sinks whose ring buffer is the audio server's stream: they hand samples to the server
+# as they render, so their schedule does not say when the server takes them.
+SERVER_STREAM_SINKS = {"pulsesink"}
 DEVICE_PROBE = "device"
 OUTPUT_PROBE = "output"
 ALIGNMENT_THRESHOLD_NS = 40_000_000  # GstAudioBaseSink alignment-threshold default
@@ -83,7 +89,10 @@ def add_device_playout(journeys: Journeys, table: EventTable, run: dict[str, Any
     if device is None:
         return journeys
     render = journeys.times[:, -1]
-    leaves_sink = scheduled_presentation(journeys, table, sink)
+    if last.factory in SERVER_STREAM_SINKS:
+        leaves_sink = render
+    else:
+        leaves_sink = scheduled_presentation(journeys, table, sink)
     if leaves_sink is None:
         leaves_sink = np.where(render != MISSING, render + ring_buffer_ns(device), MISSING)
     out = _append_probe(journeys, DEVICE_PROBE, leaves_sink)
