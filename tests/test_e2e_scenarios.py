@@ -16,6 +16,7 @@ from latlab.lab.scenario import load_scenario
 from latlab.lab.sweep import expand_sweep
 from latlab.pipeline import analyze_run
 from latlab.report.html import report_html
+from latlab.stitch.kinds import KINDS
 from tests.test_report_html import check_rendered, expected_charts, render
 
 pytestmark = [
@@ -27,7 +28,6 @@ SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("
 STATS = ("count", "min_ms", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms")
 SEND_RETURN_MS = 0.5
 RUN_S = 3
-KINDS = {"capture", "processing", "queue", "network", "jitterbuffer", "playout", "other"}
 
 
 def check_contract(summary: dict[str, Any], unit_ms: float = 10.0) -> None:

@@ -85,6 +85,13 @@ def test_frames_are_stitched_through_mpegts_and_srt(tmp_path: Path) -> None:
     assert any(n.endswith("srtsrc0:src first byte") for n in names)
     assert names[-1].endswith("fakesink0:sink")
     assert set(stream["phases"]) >= {"encode", "mux", "transport", "decode", "render"}
+    # srtsink's clock wait is its own kind, TSBPD's hold is SRT's jitter buffer, and the
+    # network is the link's 5 ms plus the stacks (9.988 and 10.013 ms over a 10 ms link in
+    # two runs of srt-720p30 here)
+    kinds = {s["to"]: s["kind"] for s in stream["segments"]}
+    assert kinds["sender/srtsink0:sink"] == "sink-wait"
+    assert kinds["receiver/srtsrc0:src first byte"] == "jitterbuffer"
+    assert stream["kinds"]["network"]["p50_ms"] == pytest.approx(5.0, abs=0.3)
 
     table = load_run(out)
     journeys = next(j for j in build_journeys(table) if j.media == "video")

@@ -78,6 +78,8 @@ def test_planted_delays_land_in_their_segments(tmp_path: Path) -> None:
     network = by_target["receiver/udpsrc0:src"]
     assert network.kind == "network"
     assert network.stats["p50_ms"] == pytest.approx(7.0, abs=1e-6)
+    assert by_target["sender/udpsink0:sink"].kind == "sink-wait"  # its clock wait, not the wire
+    assert stream.kinds["network"].stats["p50_ms"] == pytest.approx(7.0, abs=1e-6)
     capture = by_target["sender/audiotestsrc0:src"]
     assert capture.kind == "capture"
     assert capture.stats["min_ms"] == pytest.approx(10.0, abs=1e-6)

@@ -15,9 +15,10 @@ phase's distribution is over the units' own sums, not a sum of percentiles.
 from __future__ import annotations
 
 from latlab.stitch.journeys import Journeys
+from latlab.stitch.kinds import JITTERBUFFER, QUEUE
 from latlab.stitch.mpegts_path import FIRST_BYTE
 
-BUFFERING = ("queue", "jitterbuffer")
+BUFFERING = (QUEUE, JITTERBUFFER)
 
 
 def phase_bounds(journeys: Journeys) -> dict[str, tuple[int, int]]:

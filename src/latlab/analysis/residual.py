@@ -22,6 +22,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from latlab.stitch.kinds import CAPTURE
+
 PARTS = ("capture", "transit", "receiver")
 
 
@@ -51,7 +53,7 @@ def path_parts(segments: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     receiver = _process(segments[-1]["to"])
     for seg in segments:
         mean = seg.get("mean_ms") or 0.0
-        if seg["kind"] == "capture":
+        if seg["kind"] == CAPTURE:
             parts["capture"] += mean
         elif receiver and _process(seg["from"]) == receiver:
             parts["receiver"] += mean

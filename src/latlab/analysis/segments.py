@@ -32,6 +32,7 @@ from latlab.stitch.browser import browser_journeys
 from latlab.stitch.browser_legs import join_browser_legs
 from latlab.stitch.devices import add_device_playout
 from latlab.stitch.journeys import Journeys, build_journeys
+from latlab.stitch.kinds import ordered
 from latlab.stitch.position import MISSING
 
 IRREGULAR_FACTOR = 1.5
@@ -63,6 +64,7 @@ class StreamAnalysis:
     timeline: dict[str, np.ndarray] = field(default_factory=dict)  # per stats interval
     adaptation: list[dict[str, Any]] = field(default_factory=list)  # per link schedule change
     functions: dict[str, Any] = field(default_factory=dict)  # browsers' audio functions, per call
+    kinds: dict[str, SegmentStats] = field(default_factory=dict)  # per-unit sums per kind
 
 
 def analyze(
@@ -148,7 +150,23 @@ def _analyze_stream(journeys: Journeys, cadence: dict[str, dict]) -> StreamAnaly
     segments, e2e = stats[: len(names) - 1], stats[len(names) - 1]
     phases = dict(zip(bounds, stats[len(names) :], strict=True))
     path_cadence = {n: cadence[n] for n in names if n in cadence}
-    return StreamAnalysis(journeys, segments, e2e, path_cadence, _handoffs(journeys), phases)
+    analysis = StreamAnalysis(journeys, segments, e2e, path_cadence, _handoffs(journeys), phases)
+    analysis.kinds = kind_sums(segments)
+    return analysis
+
+
+def kind_sums(segments: Sequence[SegmentStats]) -> dict[str, SegmentStats]:
+    """Per segment kind (in path order), the time each complete unit spent in segments of
+    that kind: per-unit sums, so a kind's figures are its own distribution, not a sum of
+    percentiles."""
+    totals: dict[str, np.ndarray] = {}
+    spans: dict[str, tuple[str, str]] = {}
+    for seg in segments:
+        values = seg.values_ns.astype(np.int64)
+        totals[seg.kind] = totals[seg.kind] + values if seg.kind in totals else values
+        first = spans.get(seg.kind, (seg.from_probe, seg.to_probe))[0]
+        spans[seg.kind] = (first, seg.to_probe)
+    return {k: _segment(*spans[k], k, totals[k]) for k in ordered(set(totals))}
 
 
 def _segment(a: str, b: str, kind: str, values: np.ndarray) -> SegmentStats:

@@ -17,12 +17,9 @@ from datetime import date, time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 from rich.console import Console
 
 from latlab.analysis.residual import residual_figures
-from latlab.analysis.segments import StreamAnalysis
-from latlab.analysis.stats import Samples
 from latlab.lab import rundir
 from latlab.lab.runner import run_scenario
 from latlab.lab.scenario import Analysis, Scenario, ScenarioError, parse_scenario, point_name
@@ -33,7 +30,6 @@ from latlab.tracer import plugin_dir
 SCHEMA = "latlab.sweep/1"
 SWEEP_FILE = "sweep.json"
 POINTS_DIR = "points"
-KINDS = ("capture", "processing", "queue", "network", "jitterbuffer", "playout", "other")
 FIGURES = ("p50_ms", "p99_ms", "mean_ms")
 
 
@@ -135,8 +131,8 @@ def _run_point(
     try:
         run_scenario(point.scenario, point_dir, progress=progress)
         analysis = point.scenario.analysis
-        summary, _, streams = analyze_run(point_dir, unit_ms or analysis.unit_ms)
-        entry.update(point_figures(summary, streams, analysis))
+        summary, _, _ = analyze_run(point_dir, unit_ms or analysis.unit_ms)
+        entry.update(point_figures(summary, analysis))
         entry["status"] = "ok"
     except (KeyboardInterrupt, Terminated) as exc:
         entry["status"] = "interrupted"
@@ -148,15 +144,13 @@ def _run_point(
         entry["error"] = _one_line(exc)
 
 
-def point_figures(
-    summary: dict[str, Any], streams: list[StreamAnalysis], analysis: Analysis | None = None
-) -> dict[str, Any]:
+def point_figures(summary: dict[str, Any], analysis: Analysis | None = None) -> dict[str, Any]:
     """What sweep.json keeps of one analysed point: per stream figures and resources.
 
     When ``analysis`` sets both ``configured_latency_ms`` and ``period_ms``, each
     stream also gets ``residual`` (:func:`latlab.analysis.residual.residual_figures`).
     """
-    figures = [_stream_figures(s, a) for s, a in zip(summary["streams"], streams, strict=True)]
+    figures = [_stream_figures(s) for s in summary["streams"]]
     configured = analysis.configured_latency_ms if analysis else None
     period = analysis.period_ms if analysis else None
     if configured is not None and period is not None:
@@ -186,7 +180,7 @@ def _black_box_figures(box: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _stream_figures(stream: dict[str, Any], analysis: StreamAnalysis) -> dict[str, Any]:
+def _stream_figures(stream: dict[str, Any]) -> dict[str, Any]:
     """End to end, per segment and per segment kind p50/p99/mean; lost, late, duplicated."""
     return {
         "id": stream["id"],
@@ -198,23 +192,10 @@ def _stream_figures(stream: dict[str, Any], analysis: StreamAnalysis) -> dict[st
             {"from": s["from"], "to": s["to"], "kind": s["kind"], **_pick(s)}
             for s in stream["segments"]
         ],
-        "kinds": _kinds(analysis),
+        "kinds": {kind: _pick(figures) for kind, figures in stream["kinds"].items()},
         "phases": {name: _pick(phase) for name, phase in stream.get("phases", {}).items()},
         "intervals": {name: _pick(f) for name, f in stream.get("intervals", {}).items()},
     }
-
-
-def _kinds(analysis: StreamAnalysis) -> dict[str, dict[str, float | None]]:
-    """Per kind, the distribution of the time each unit spent in segments of that kind.
-
-    Segment values are per complete unit, in the same order, so they add up per unit.
-    """
-    totals: dict[str, np.ndarray] = {}
-    for seg in analysis.segments:
-        values = seg.values_ns.astype(np.int64)
-        totals[seg.kind] = totals[seg.kind] + values if seg.kind in totals else values
-    order = [k for k in KINDS if k in totals] + sorted(set(totals) - set(KINDS))
-    return {kind: _pick(Samples(totals[kind]).describe()) for kind in order}
 
 
 def _pick(stats: Mapping[str, Any]) -> dict[str, float | None]:

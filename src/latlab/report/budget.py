@@ -30,6 +30,7 @@ import numpy as np
 from latlab.analysis.segments import StreamAnalysis
 from latlab.analysis.stats import Samples
 from latlab.report.compare import Metric, ReportInputError, stream_metrics
+from latlab.stitch.kinds import KINDS
 
 STAT_KEYS = {
     "p50": "p50_ms",
@@ -43,7 +44,6 @@ STAT_KEYS = {
 }
 UNIT_MS = {"ns": 1e-6, "us": 1e-3, "µs": 1e-3, "ms": 1.0, "s": 1e3}
 E2E_NAMES = ("e2e", "end_to_end", "end-to-end")
-KINDS = ("capture", "processing", "queue", "network", "jitterbuffer", "playout", "other")
 FORM = "METRIC.STAT<VALUE UNIT, e.g. e2e.p99<40ms or rtpjitterbuffer0.p50<=25ms"
 _BUDGET = re.compile(
     r"^\s*(?:(?P<stream>[^@]+)@)?(?P<metric>.+)\.(?P<stat>p99\.9|p999|p50|p90|p99|max|mean|min)"

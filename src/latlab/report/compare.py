@@ -150,10 +150,8 @@ def stream_metrics(stream: StreamAnalysis) -> list[Metric]:
                 seg.to_probe,
             )
         )
-    kinds = dict.fromkeys(seg.kind for seg in stream.segments)
-    for kind in kinds:
-        total = np.sum([s.values_ns for s in stream.segments if s.kind == kind], axis=0)
-        out.append(Metric(f"kind {kind}", "kind", ("kind", kind), np.asarray(total), kind))
+    for kind, total in stream.kinds.items():
+        out.append(Metric(f"kind {kind}", "kind", ("kind", kind), total.values_ns, kind))
     for name, seg in stream.phases.items():
         out.append(
             Metric(

@@ -28,6 +28,7 @@ from latlab.ingest.browser_records import BrowserLog, read_browser_logs
 from latlab.lab.resources import RESOURCES_FILE, SYSTEM
 from latlab.report import findings as fnd
 from latlab.report.blackbox import estimated_segments
+from latlab.stitch.kinds import CAPTURE, JITTERBUFFER, SINK_WAIT
 from latlab.stitch.position import MISSING
 
 MAX_POINTS = 4000  # per scatter line and series
@@ -493,7 +494,7 @@ def configured_findings(
         a, b = spans[process]
         # The latency is what the process's clocked sinks wait out: compare where the path
         # ends (playout) or leaves through a network sink, not at a hand-off inside a bin.
-        if b <= a or not (b == len(view.probes) - 1 or kinds[b - 1] == "network"):
+        if b <= a or not (b == len(view.probes) - 1 or kinds[b - 1] == SINK_WAIT):
             continue
         span = f"{short_probe(view.probes[a])} → {short_probe(view.probes[b])}"
         out.append(
@@ -533,7 +534,7 @@ def _jitterbuffer_findings(view: StreamView, ctx: RunContext, anchor: str) -> li
     ``latency``) against the segment ending at that jitter buffer."""
     out = []
     for i, kind in enumerate(view.journeys.segment_kinds):
-        if kind != "jitterbuffer":
+        if kind != JITTERBUFFER:
             continue
         probe = view.probes[i + 1]
         configured = ctx.jitterbuffer_ms(_process(probe))
@@ -546,7 +547,7 @@ def _jitterbuffer_findings(view: StreamView, ctx: RunContext, anchor: str) -> li
 
 def _device_findings(view: StreamView, ctx: RunContext, anchor: str) -> list[fnd.Finding]:
     """An audio device's reported capture latency against the measured capture segment."""
-    if not view.probes or view.journeys.segment_kinds[:1] != ["capture"]:
+    if not view.probes or view.journeys.segment_kinds[:1] != [CAPTURE]:
         return []
     configured = ctx.device_capture_ms(_process(view.probes[0]))
     if configured is None:

@@ -128,6 +128,10 @@ def _stream_core(s: StreamAnalysis) -> dict[str, Any]:
             name: {"from": seg.from_probe, "to": seg.to_probe, **_stats(seg)}
             for name, seg in s.phases.items()
         },
+        "kinds": {
+            kind: {"from": seg.from_probe, "to": seg.to_probe, **_stats(seg)}
+            for kind, seg in s.kinds.items()
+        },
         "cadence": {name: {k: _finite(v) for k, v in c.items()} for name, c in s.cadence.items()},
         "thread_handoffs": s.handoffs,
     }

@@ -9,8 +9,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-KINDS = ("capture", "processing", "queue", "network", "jitterbuffer", "playout", "other")
-LABELS = {"jitterbuffer": "jitter\nbuffer"}
+from latlab.stitch.kinds import ordered
+
+LABELS = {"jitterbuffer": "jitter\nbuffer", "sink-wait": "sink\nwait"}
 RESIDUAL_PARTS = ("capture", "transit", "receiver")
 RESIDUAL_HEADERS = ["Δt_c", "t_p", "r\np50", "r\np99", *(f"r in\n{p}" for p in RESIDUAL_PARTS)]
 RESIDUAL_CAPTION = (
@@ -28,7 +29,7 @@ def _ms(value: float | None) -> str:
 def _kinds(points: list[dict[str, Any]]) -> list[str]:
     """Segment kinds seen in any point, in path order (capture first, playout last)."""
     seen = {k for p in points for s in p.get("streams", []) for k in s.get("kinds", {})}
-    return [k for k in KINDS if k in seen] + sorted(seen - set(KINDS))
+    return ordered(seen)
 
 
 def _has_residual(points: list[dict[str, Any]]) -> bool:

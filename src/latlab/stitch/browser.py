@@ -21,6 +21,7 @@ from latlab.ingest.browser_records import BrowserFrames, BrowserLog
 from latlab.ingest.counters import unwrap
 from latlab.ingest.events import EventTable
 from latlab.stitch.journeys import Journeys
+from latlab.stitch.kinds import NETWORK, PROCESSING
 from latlab.stitch.paths import StreamPath
 from latlab.stitch.position import MISSING
 
@@ -64,15 +65,15 @@ def _direction(
     unit_ns = int(np.median(np.diff(unit_start)))
     columns = [sent.capture_ns, sent.t_ns]
     names = [f"{sender}/capture", f"{sender}/sender-transform"]
-    kinds = ["processing"]  # capture -> encoded frame: audio processing and encoding
+    kinds = [PROCESSING]  # capture -> encoded frame: audio processing and encoding
     for name, times in _link_columns(table, ssrc, sent.rtp_ts):
         columns.append(times)
         names.append(name)
-        kinds.append("network")
+        kinds.append(NETWORK)
     at_receiver = _lookup(got.rtp_ts, sent.rtp_ts)
     columns += [take_at(got.receive_ns, at_receiver), take_at(got.t_ns, at_receiver)]
     names += [f"{receiver}/received", f"{receiver}/receiver-transform"]
-    kinds += ["network", "processing"]
+    kinds += [NETWORK, PROCESSING]
     times = np.column_stack(columns).astype(np.int64)
     times = np.where(times < 0, MISSING, times)
     reached = np.flatnonzero(times[:, -1] != MISSING)

@@ -27,6 +27,7 @@ from latlab.ingest.browser_records import BrowserFrames, BrowserLog
 from latlab.ingest.events import EventTable
 from latlab.stitch.browser import take_at
 from latlab.stitch.journeys import Journeys, clock_rate
+from latlab.stitch.kinds import NETWORK, PROCESSING
 from latlab.stitch.position import MISSING, RtpClock
 
 BROWSER_CLOCK = "monotonic@localhost"  # page times are mapped onto CLOCK_MONOTONIC
@@ -71,7 +72,7 @@ def _after_browser_sender(
     return _with_columns(
         j,
         before=[(f"{browser}/capture", capture), (f"{browser}/sender-transform", encoded)],
-        kinds_before=["processing", "network"],  # encode; then pacer, socket, network
+        kinds_before=[PROCESSING, NETWORK],  # encode; then pacer, socket, network
         stream_id=f"{browser}->{end} ssrc={j.path.ssrc:08x}",
     )
 
@@ -91,7 +92,7 @@ def _before_browser_receiver(
             (f"{browser}/received", take_at(got.receive_ns, at_end)),
             (f"{browser}/receiver-transform", take_at(got.t_ns, at_end)),
         ],
-        kinds_after=["network", "processing"],
+        kinds_after=[NETWORK, PROCESSING],
         stream_id=f"{origin}->{browser} ssrc={j.path.ssrc:08x}",
     )
     left = j.times[:, -1] != MISSING

@@ -43,7 +43,8 @@ from typing import Any
 import numpy as np
 
 from latlab.ingest.events import EventTable
-from latlab.stitch.journeys import CAPTURE, Journeys, clock_to_mono, playing_clocks
+from latlab.stitch.journeys import Journeys, clock_to_mono, playing_clocks
+from latlab.stitch.kinds import CAPTURE, PLAYOUT
 from latlab.stitch.position import MISSING
 
 DEVICE_SOURCES = {"jackaudiosrc", "pulsesrc", "alsasrc", "pipewiresrc", "osssrc"}
@@ -55,7 +56,6 @@ DEVICE_PROBE = "device"
 OUTPUT_PROBE = "output"
 ALIGNMENT_THRESHOLD_NS = 40_000_000  # GstAudioBaseSink alignment-threshold default
 ESTIMATED_KLASS = "Audio/Device"  # the klass of the probes add_device_playout appends
-PLAYOUT = "playout"
 
 
 def ring_buffer_ns(device: dict[str, Any]) -> int:

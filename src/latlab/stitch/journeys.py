@@ -21,6 +21,7 @@ from latlab.ingest.counters import unwrap
 from latlab.ingest.events import EventTable, Probe
 from latlab.ingest.trace_reader import ClockRecord
 from latlab.ingest.workers import parallel_map
+from latlab.stitch.kinds import CAPTURE, segment_kind
 from latlab.stitch.mpegts import PesFrames
 from latlab.stitch.mpegts_path import mpegts_stages
 from latlab.stitch.paths import StreamPath, find_paths
@@ -40,7 +41,6 @@ from latlab.stitch.position import (
     rtp_ranges,
 )
 
-CAPTURE = "capture"
 CLOCK_RATE = re.compile(r"clock-rate=\(int\)(\d+)")
 RTP_MEDIA = re.compile(r"media=\(string\)(audio|video)")
 STATE_PLAYING = 4
@@ -147,7 +147,7 @@ def _stream_journeys(
     extra_times = dict(zip(extra, (t for t, _ in passages[len(stages) :]), strict=True))
     names = [p.name + suffix for p, suffix, _ in stages]
     klass = [p.klass for p in probes]
-    kinds = [_segment_kind(a, b) for a, b in itertools.pairwise(probes)]
+    kinds = [segment_kind(a, b) for a, b in itertools.pairwise(probes)]
     if probes[0].factory in DEVICE_SOURCES:
         capture = device_capture_times(origin, unit_start)
     elif rtp_clock is None:
@@ -353,35 +353,6 @@ def clock_to_mono(clocks: list[ClockRecord], clock_times: np.ndarray) -> np.ndar
     y = np.where(x < clock_ns[0], mono_ns[0] + (x - clock_ns[0]), y)
     y = np.where(x > clock_ns[-1], mono_ns[-1] + (x - clock_ns[-1]), y)
     return np.rint(y).astype(np.int64)
-
-
-QUEUE_FACTORIES = {"queue", "queue2", "multiqueue"}
-NETWORK_SINKS = {
-    "latlab-linkemu",  # the emulated link's release of a packet
-    "udpsink",
-    "multiudpsink",
-    "srtsink",
-    "tcpserversink",
-    "tcpclientsink",
-    "rtpsink",
-    "ristsink",
-    "dynudpsink",
-}
-
-
-def _segment_kind(before: Probe, after: Probe) -> str:
-    """What the time between two consecutive probes is spent on."""
-    if before.process != after.process or before is after:  # same probe: first to last byte
-        return "network"
-    if after.is_render:
-        # A network source read straight by its application (kernel -> app) is network too.
-        receive_path = before.element_is_source and "Network" in before.klass
-        return "network" if after.factory in NETWORK_SINKS or receive_path else "playout"
-    if "jitterbuffer" in after.factory:
-        return "jitterbuffer"
-    if after.factory in QUEUE_FACTORIES:
-        return "queue"
-    return "processing"
 
 
 def _path_media(probes: list[Probe]) -> str:

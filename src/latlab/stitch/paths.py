@@ -16,10 +16,10 @@ import numpy as np
 
 from latlab.ingest.events import EventTable, Probe
 from latlab.ingest.trace_format import Kind, PadFlag
+from latlab.stitch.kinds import NETWORK_SINKS
 from latlab.stitch.mpegts import TS_DEMUXERS, TS_MUXERS, demux_pad_carries, pes_keys, pid_of_mux_pad
 
 MAX_PATH_LENGTH = 256
-NETWORK_SINKS = {"nicesink", "udpsink", "multiudpsink", "srtsink", "tcpserversink", "ristsink"}
 NETWORK_SOURCES = {"nicesrc", "udpsrc", "srtsrc", "tcpclientsrc", "ristsrc", "latlab-linkemu"}
 MAX_WALK_STEPS = 20_000  # a graph of bins can have more paths than are worth listing
 
