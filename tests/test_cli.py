@@ -88,3 +88,28 @@ def test_print_env_loads_the_tracer(tmp_path: Path) -> None:
     env = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
     assert "GST_TRACERS=latlab" in env
     assert f"LATLAB_TRACE_DIR={tmp_path}/traces" in env
+
+
+def test_record_refusals_are_one_line_before_the_command_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from latlab.lab import rundir
+    from latlab.lab.record import record
+
+    monkeypatch.setattr(rundir, "gstreamer_version", lambda: None)  # env.json: no gst-launch
+    out, marker = tmp_path / "rec", tmp_path / "ran"
+    assert record(["true"], out, "rx", trace=False) == 0
+    scenario_dir = tmp_path / "scenario-run"
+    scenario_dir.mkdir()
+    (scenario_dir / "run.json").write_text('{"kind": "scenario", "processes": []}')
+    refusals = {
+        ("--out", str(out), "--name", "rx"): "process name 'rx' is already used",
+        ("--out", str(out), "--name", "../rx"): "a process name is letters, digits",
+        ("--out", str(out)): "give --name NAME to add a process",
+        ("--out", str(scenario_dir), "--name", "tx"): "a latlab scenario run, not a record",
+    }
+    for options, message in refusals.items():
+        result = latlab("record", *options, "--no-analyze", "--", "touch", str(marker))
+        line = one_line_error(result)
+        assert result.returncode == 2 and message in line, line
+    assert not marker.exists()

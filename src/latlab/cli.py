@@ -123,25 +123,42 @@ def record(
     out: Annotated[Path, typer.Option("--out", "-o", help="Run directory to write.")] = Path(
         "latlab-record"
     ),
-    name: Annotated[str | None, typer.Option(help="Process name in probe names.")] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            help="Process name in probe names; with it, the command may join a record run "
+            "directory (e.g. a sender started in a second terminal)."
+        ),
+    ] = None,
     print_env: Annotated[
         bool, typer.Option("--print-env", help="Print the variables that load the tracer.")
     ] = False,
     analyze: Annotated[bool, typer.Option(help="Analyse and print the table afterwards.")] = True,
 ) -> None:
-    """Run any command with the tracer loaded, like ``perf record -- CMD``."""
+    """Run any command with the tracer loaded, like ``perf record -- CMD``.
+
+    Processes recorded into one directory under different --name are stitched together;
+    the table comes when the last of them ends.
+    """
     from latlab.lab.record import print_env as env_lines
-    from latlab.lab.record import record as record_command
+    from latlab.lab.record import record_process
 
     if print_env:
         console.print(env_lines(out), highlight=False, markup=False, soft_wrap=True)
         return
     if not command:
         raise typer.BadParameter("give the command to record after --", param_hint="COMMAND")
-    code = record_command(list(command), out, process_name=name)
-    if analyze:
+    result = record_process(list(command), out, process_name=name)
+    if analyze and result.still_running:
+        others = ", ".join(result.still_running)
+        err_console.print(
+            f"latlab: not analysed: {others} still recording into {out} "
+            f"(latlab report {out} once it ends)",
+            highlight=False, markup=False, soft_wrap=True,
+        )  # fmt: skip
+    elif analyze:
         _print_report(out, None)
-    raise typer.Exit(code)
+    raise typer.Exit(result.exit_code)
 
 
 def _print_report(run_dir: Path, unit_ms: float | None, **options: bool) -> None:

@@ -5,12 +5,15 @@ The layout is documented in ``docs/run-dir.md``.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
 import socket
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +25,7 @@ RUN_SCHEMA = "latlab.run/1"
 ENV_SCHEMA = "latlab.env/1"
 TRACES = "traces"
 LOGS = "logs"
+LOCK = "run.lock"
 
 
 @dataclass(frozen=True)
@@ -77,8 +81,29 @@ def prepare(out_dir: Path) -> None:
     """Create ``out_dir`` with ``traces/`` and ``logs/``; refuse a non-empty existing dir."""
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise FileExistsError(f"{out_dir}: run directory exists and is not empty")
+    make_layout(out_dir)
+
+
+def make_layout(out_dir: Path) -> None:
+    """Create ``out_dir`` with ``traces/`` and ``logs/`` (those that exist are kept)."""
     (out_dir / TRACES).mkdir(parents=True, exist_ok=True)
     (out_dir / LOGS).mkdir(exist_ok=True)
+
+
+@contextmanager
+def locked(out_dir: Path) -> Iterator[None]:
+    """Hold the run directory's lock file (``run.lock``, flock) while the block runs.
+
+    Creates ``out_dir`` if needed. Processes that update one run.json together take it
+    around each read-modify-write.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out_dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the only descriptor releases the lock
 
 
 def trace_files(out_dir: Path) -> list[Path]:
