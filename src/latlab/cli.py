@@ -31,6 +31,23 @@ err_console = Console(stderr=True)
 UnitMs = Annotated[
     float | None, typer.Option("--unit-ms", help="Unit of media followed, in ms (default 10).")
 ]
+Wide = Annotated[
+    bool,
+    typer.Option(
+        "--wide",
+        help="Every column of every table, names on one line, however wide that is. Without "
+        "it the tables fit the terminal: low-priority columns (p99.9, max, mean, ...) are "
+        "left out, then names folded, never cut. Output to a file or pipe is wide unless "
+        "COLUMNS is set (docs/reports.md).",
+    ),
+]
+
+
+def _wide(wide: bool) -> bool:
+    """--wide, or stdout is no terminal and COLUMNS is unset: a file has no width to fit."""
+    import os
+
+    return wide or (not console.is_terminal and not os.environ.get("COLUMNS"))
 
 
 @app.command()
@@ -45,6 +62,7 @@ def run(
     duration: Annotated[
         float | None, typer.Option("--duration", help="Override the scenario's duration_s.")
     ] = None,
+    wide: Wide = False,
 ) -> None:
     """Run a scenario: hosts as namespaces, processes traced; then print the per-stage table.
 
@@ -60,7 +78,7 @@ def run(
         spec = spec.with_duration(duration)
     out = out or Path("runs") / f"{spec.name}-{datetime.now():%Y%m%d-%H%M%S}"
     if spec.sweep is not None:
-        _run_sweep(spec, out, progress, unit_ms)
+        _run_sweep(spec, out, progress, unit_ms, _wide(wide))
         return
     try:
         run_scenario(spec, out, progress=progress)
@@ -68,7 +86,7 @@ def run(
         err_console.print(f"latlab: stopped; traces so far are in {out} (latlab report {out})")
         raise
     summary, _, _ = analyze_run(out, unit_ms or spec.analysis.unit_ms)
-    render_summary(summary, console)
+    render_summary(summary, console, wide=_wide(wide))
     console.print(f"[dim]summary: {out / 'summary.json'}[/dim]")
     _fail_on_black_box_error(summary)
 
@@ -83,7 +101,9 @@ def _fail_on_black_box_error(summary: dict[str, Any]) -> None:
         raise typer.Exit(1)
 
 
-def _run_sweep(spec: Scenario, out: Path, progress: bool, unit_ms: float | None) -> None:
+def _run_sweep(
+    spec: Scenario, out: Path, progress: bool, unit_ms: float | None, wide: bool = False
+) -> None:
     """Run every point of a sweep and print the comparison; exit 1 if a point failed."""
     from latlab.lab.sweep import run_sweep
     from latlab.report.sweep_table import render_sweep
@@ -93,7 +113,7 @@ def _run_sweep(spec: Scenario, out: Path, progress: bool, unit_ms: float | None)
     except (KeyboardInterrupt, Terminated):
         err_console.print(f"latlab: sweep stopped; finished points and sweep.json are in {out}")
         raise
-    render_sweep(result.sweep, console)
+    render_sweep(result.sweep, console, wide=wide)
     console.print(f"[dim]sweep: {out / 'sweep.json'}[/dim]")
     if result.failed:
         total = len(result.sweep["points"])
@@ -101,7 +121,7 @@ def _run_sweep(spec: Scenario, out: Path, progress: bool, unit_ms: float | None)
         raise typer.Exit(1)
 
 
-def _report_sweep(sweep_dir: Path, as_json: bool) -> None:
+def _report_sweep(sweep_dir: Path, as_json: bool, wide: bool = False) -> None:
     """The comparison table of a sweep directory (or its sweep.json)."""
     from latlab.lab.sweep import load_sweep
     from latlab.report.sweep_table import render_sweep
@@ -114,7 +134,7 @@ def _report_sweep(sweep_dir: Path, as_json: bool) -> None:
     if as_json:
         sys.stdout.write(json.dumps(sweep, indent=1) + "\n")
         return
-    render_sweep(sweep, console)
+    render_sweep(sweep, console, wide=wide)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -186,6 +206,7 @@ def report(
         Path | None,
         typer.Argument(help="With --html: the file to write (default DIR/report.html)."),
     ] = None,
+    wide: Wide = False,
 ) -> None:
     """Per-stage tables from the stored traces of a run; the comparison table of a sweep."""
     from latlab.pipeline import analyze_run
@@ -208,13 +229,13 @@ def report(
             _fail_on_black_box_error(json.loads(summary_file.read_text(encoding="utf-8")))
         return
     if (run_dir / "sweep.json").is_file():
-        _report_sweep(run_dir, as_json)
+        _report_sweep(run_dir, as_json, _wide(wide))
         return
     summary, _, _ = analyze_run(run_dir, unit_ms)
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=1) + "\n")
         return
-    render_summary(summary, console, distributions=distributions, cadence=cadence)
+    render_summary(summary, console, distributions=distributions, cadence=cadence, wide=_wide(wide))
     _fail_on_black_box_error(summary)
 
 
@@ -273,6 +294,7 @@ def compare(
     ] = 0.95,
     seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 20261122,
     unit_ms: UnitMs = None,
+    wide: Wide = False,
 ) -> None:
     """B - A per segment and end to end at p50, p99 and mean, with bootstrap intervals."""
     from latlab.report.compare import ReportInputError, compare_runs, render_comparison
@@ -293,7 +315,7 @@ def compare(
     if as_json:
         sys.stdout.write(json.dumps(result.to_json(), indent=1) + "\n")
         return
-    render_comparison(result, console)
+    render_comparison(result, console, wide=_wide(wide))
 
 
 @app.command()
@@ -309,6 +331,7 @@ def check(
     ],
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
     unit_ms: UnitMs = None,
+    wide: Wide = False,
 ) -> None:
     """Latency budgets for CI: exit 1 naming the budgets exceeded, 2 on a bad budget."""
     from latlab.pipeline import analyze_run
@@ -325,7 +348,7 @@ def check(
     if as_json:
         sys.stdout.write(json.dumps([r.to_json() for r in results], indent=1) + "\n")
     else:
-        render_check(results, console)
+        render_check(results, console, wide=_wide(wide))
     failed = failures_line(results)
     if failed:
         err_console.print(f"latlab: {failed}", highlight=False, markup=False, soft_wrap=True)

@@ -217,14 +217,24 @@ def _short(probe: str) -> str:
     return probe.split("/", 1)[-1]
 
 
-def render_check(results: Sequence[BudgetResult], console: Any) -> None:
-    """The table of budgets: measured value, limit, pass or fail; then which stream is which."""
-    from rich.table import Table
+def render_check(results: Sequence[BudgetResult], console: Any, *, wide: bool = False) -> None:
+    """The table of budgets: measured value, limit, pass or fail; then which stream is which.
 
-    table = Table(header_style="bold")
+    The table fits the console (units left out, budgets and metrics folded); ``wide``:
+    every column, at the table's natural width.
+    """
+    from latlab.report.fit import FitTable, emit
+
+    table = FitTable(header_style="bold")
     for column in ("budget", "stream", "metric", "measured ms", "limit ms", "units", "result"):
         numeric = "ms" in column or column == "units"
-        table.add_column(column, justify="right" if numeric else "left", overflow="fold")
+        table.add_column(
+            column,
+            justify="right" if numeric else "left",
+            overflow="fold",
+            fold=column in ("budget", "metric"),
+            drop=1 if column == "units" else None,
+        )
     for r in results:
         measured = "-" if not math.isfinite(r.value_ms) else f"{r.value_ms:.3f}"
         verdict = "[green]pass[/green]" if r.passed else "[bold red]FAIL[/bold red]"
@@ -237,7 +247,7 @@ def render_check(results: Sequence[BudgetResult], console: Any) -> None:
             str(r.units),
             verdict,
         )
-    console.print(table)
+    emit(console, table, wide=wide)
     streams = dict(sorted({(r.stream_number, r.stream_id) for r in results}))
     for number, stream_id in streams.items():
         console.print(f"#{number}: {stream_id}", highlight=False, markup=False, soft_wrap=True)

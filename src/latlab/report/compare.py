@@ -478,11 +478,27 @@ def _r(value: float) -> float | None:
 # --- the table -----------------------------------------------------------------------
 
 
-def render_comparison(comparison: Comparison, console: Any) -> None:
-    """Rich tables: one per stream, B - A at p50, p99 and mean with confidence intervals."""
+COMPARE_COLUMNS = (  # header, rank at which it is left out in a narrow console
+    ("A p50", None),
+    ("B p50", None),
+    ("Δ p50 ms", None),
+    ("A p99", 2),
+    ("B p99", 2),
+    ("Δ p99 ms", None),
+    ("Δ mean ms", 1),
+)
+
+
+def render_comparison(comparison: Comparison, console: Any, *, wide: bool = False) -> None:
+    """Rich tables: one per stream, B - A at p50, p99 and mean with confidence intervals.
+
+    The tables fit the console (Δ mean, then A and B p99 left out, names
+    folded); ``wide``: every column, at the tables' natural width.
+    """
     from rich import box
     from rich.markup import escape
-    from rich.table import Table
+
+    from latlab.report.fit import FitTable, emit
 
     pct = f"{comparison.confidence * 100:g}%"
     console.print(
@@ -494,16 +510,16 @@ def render_comparison(comparison: Comparison, console: Any) -> None:
         soft_wrap=True,
     )
     for stream in comparison.streams:
-        table = Table(
+        table = FitTable(
             title=escape(stream.key),
             header_style="bold",
             title_justify="left",
             box=box.SIMPLE_HEAD,
             pad_edge=False,
         )
-        table.add_column("")
-        for column in ("A p50", "B p50", "Δ p50 ms", "A p99", "B p99", "Δ p99 ms", "Δ mean ms"):
-            table.add_column(column, justify="right")
+        table.add_column("", fold=True)
+        for column, drop in COMPARE_COLUMNS:
+            table.add_column(column, justify="right", drop=drop)
         for row in stream.rows:
             table.add_row(
                 escape(row["name"]),
@@ -516,7 +532,7 @@ def render_comparison(comparison: Comparison, console: Any) -> None:
                 _diff(row["diff"]["mean"]),
                 end_section=_ends_group(row, stream.rows),
             )
-        console.print(table)
+        emit(console, table, wide=wide)
         _print_missing(console, "segments only in A", stream.only_in_a)
         _print_missing(console, "segments only in B", stream.only_in_b)
     _print_missing(console, "streams only in A", comparison.streams_only_in_a)

@@ -6,9 +6,9 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
+from latlab.report.fit import FitTable, emit
 from latlab.stitch.kinds import ordered
 
 LABELS = {"jitterbuffer": "jitter\nbuffer", "sink-wait": "sink\nwait"}
@@ -66,9 +66,9 @@ def _interval_names(points: list[dict[str, Any]]) -> list[str]:
     return [n for n in INTERVAL_COLUMNS if n in seen]
 
 
-def _sweep_table(title: str, padding: int | tuple[int, int, int, int] = (0, 1, 0, 0)) -> Table:
+def _sweep_table(title: str, padding: int | tuple[int, int, int, int] = (0, 1, 0, 0)) -> FitTable:
     """A sweep comparison table: title on the left, a rule under the headers, no edges."""
-    return Table(
+    return FitTable(
         title=title,
         title_justify="left",
         header_style="bold",
@@ -79,7 +79,16 @@ def _sweep_table(title: str, padding: int | tuple[int, int, int, int] = (0, 1, 0
     )
 
 
-def comparison_table(sweep: dict[str, Any]) -> Table:
+def _comparison_drops(cpu: bool, residual: bool, intervals: list[str]) -> list[int | None]:
+    """Drop ranks of the columns after e2e, lost and late: the residual's parts first,
+    then Δt_c and t_p, CPU, the browser's intervals, r p50/p99; never the kinds."""
+    ranks: list[int | None] = [3] if cpu else []
+    if residual:
+        ranks += [2, 2, 5, 5, *([1] * len(RESIDUAL_PARTS))]
+    return ranks + [4] * len(intervals)
+
+
+def comparison_table(sweep: dict[str, Any]) -> FitTable:
     """Per point: its values, end-to-end p50/p99, p50 per segment kind, lost, late (, CPU)."""
     points = sweep.get("points", [])
     names = list(sweep.get("sweep", {}).get("variables", {}))
@@ -104,10 +113,13 @@ def comparison_table(sweep: dict[str, Any]) -> Table:
         for p in points
         for r in _rows(p, names, kinds, many_streams, with_cpu, with_residual, intervals)
     ]
+    named = len(names) + int(many_streams)  # the variables' values and the stream id
+    fixed = 2 + len(kinds) + 2  # e2e p50, p99, the kinds, lost, late
+    drops = [None] * (named + fixed) + _comparison_drops(with_cpu, with_residual, intervals)
     for i, header in enumerate(headers):  # wide enough that no figure is cut
         cells = [len(row[i]) if isinstance(row[i], str) else row[i].cell_len for row in rows]
         width = max([len(word) for word in header.split()] + cells)
-        table.add_column(header, justify="right", min_width=width)
+        table.add_column(header, justify="right", min_width=width, fold=i < named, drop=drops[i])
     for row in rows:
         table.add_row(*row)
     table.caption = (
@@ -159,17 +171,18 @@ def _rows(
     return rows
 
 
-def render_sweep(sweep: dict[str, Any], console: Console) -> None:
+def render_sweep(sweep: dict[str, Any], console: Console, *, wide: bool = False) -> None:
     """Print the comparison table, then one line per point that is not ok.
 
     A sweep whose streams pass an encoder and a decoder gets the phase table
-    (encode, transport, decode, total) after the per-kind one.
+    (encode, transport, decode, total) after the per-kind one. The tables fit the
+    console (low-priority columns left out, names folded); ``wide``: every column.
     """
-    console.print(comparison_table(sweep))
+    emit(console, comparison_table(sweep), wide=wide)
     if has_codec_phases(sweep):
-        console.print(phase_comparison_table(sweep))
+        emit(console, phase_comparison_table(sweep), wide=wide)
     if any(point.get("blackbox") for point in sweep.get("points", [])):
-        console.print(black_box_comparison_table(sweep))
+        emit(console, black_box_comparison_table(sweep), wide=wide)
     for point in sweep.get("points", []):
         if point["status"] != "ok":
             error = point.get("error") or ""
@@ -182,6 +195,7 @@ def render_sweep(sweep: dict[str, Any], console: Console) -> None:
 
 
 PHASE_COLUMNS = ("encode", "transport", "decode")
+PHASE_P99 = tuple(f"{phase}\np99" for phase in PHASE_COLUMNS)
 
 
 def has_codec_phases(sweep: dict[str, Any]) -> bool:
@@ -212,7 +226,7 @@ def _srt_counts(point: dict[str, Any]) -> list[str]:
     return [str(v) for v in total.values()]
 
 
-def phase_comparison_table(sweep: dict[str, Any]) -> Table:
+def phase_comparison_table(sweep: dict[str, Any]) -> FitTable:
     """Per point: encode, transport (with the TSBPD prediction), decode and total, p50/p99."""
     points = sweep.get("points", [])
     names = list(sweep.get("sweep", {}).get("variables", {}))
@@ -230,8 +244,10 @@ def phase_comparison_table(sweep: dict[str, Any]) -> Table:
         "SRT\nlost",
         "SRT\ndropped",
     ]
-    for header in headers:
-        table.add_column(header, justify="right")
+    named = len(names) + int(many_streams)
+    for i, header in enumerate(headers):  # SRT counts go first, then the phases' p99
+        drop = 1 if header.startswith("SRT") else 2 if header in PHASE_P99 else None
+        table.add_column(header, justify="right", fold=i < named, drop=drop)
     for point in points:
         values = [_value(point.get("values", {}).get(n, "")) for n in names]
         streams = point.get("streams", [])
@@ -269,15 +285,17 @@ BLACK_BOX_COLUMNS = (
 )
 
 
-def black_box_comparison_table(sweep: dict[str, Any]) -> Table:
+def black_box_comparison_table(sweep: dict[str, Any]) -> FitTable:
     """Per point: codes found, and black box, probed (same units) and unexplained p50/p99."""
     names = list(sweep.get("sweep", {}).get("variables", {}))
     table = _sweep_table("black box (time-coded signal) per point")
     headers = [*names, "codes\nfound"]
     for label, _ in BLACK_BOX_COLUMNS:
         headers += [f"{label}\np50", f"{label}\np99"]
-    for header in headers:
-        table.add_column(header, justify="right")
+    for i, header in enumerate(headers):  # the p99 columns give way first
+        table.add_column(
+            header, justify="right", fold=i < len(names), drop=1 if "p99" in header else None
+        )
     for point in sweep.get("points", []):
         values = [_value(point.get("values", {}).get(n, "")) for n in names]
         figures = point.get("blackbox")

@@ -1,15 +1,15 @@
-"""Terminal tables of a run summary (rich)."""
+"""Terminal tables of a run summary (rich); each fits the console (latlab.report.fit)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rich.console import Console, Group
-from rich.table import Table
 from rich.text import Text
 
 from latlab.report.blackbox import ROWS as BLACK_BOX_ROWS
 from latlab.report.blackbox import estimated_segments, span_text
+from latlab.report.fit import FitTable, emit
 
 COLUMNS = (
     ("p50", "p50_ms"),
@@ -19,11 +19,18 @@ COLUMNS = (
     ("max", "max_ms"),
     ("mean", "mean_ms"),
 )
+DROP = {"p99.9": 1, "max": 2, "mean": 3}  # left out first, second, third in a narrow console
 
 
-def _titled(title: str) -> Table:
+def _titled(title: str) -> FitTable:
     """A table with its title on the left and bold headers (every table here)."""
-    return Table(title=title, title_justify="left", header_style="bold")
+    return FitTable(title=title, title_justify="left", header_style="bold")
+
+
+def _figure_columns(table: FitTable, labels: tuple[str, ...] | list[str]) -> None:
+    """Right-aligned ``LABEL ms`` columns; p99.9, max and mean give way in a narrow console."""
+    for label in labels:
+        table.add_column(f"{label} ms", justify="right", drop=DROP.get(label))
 
 
 def _ms(value: float | None) -> str:
@@ -37,7 +44,7 @@ def _short(probe: str, previous: str | None) -> str:
     return probe
 
 
-def stage_table(stream: dict[str, Any]) -> Table:
+def stage_table(stream: dict[str, Any]) -> FitTable:
     """The per-stage table of one stream: one row per segment, then end to end."""
     title = (
         f"{stream['id']}  ·  {stream['complete_units']}/{stream['units']} units of "
@@ -46,10 +53,9 @@ def stage_table(stream: dict[str, Any]) -> Table:
     )
     table = _titled(title)
     table.add_column("#", justify="right")
-    table.add_column("stage (to probe)")
-    table.add_column("kind")
-    for label, _ in COLUMNS:
-        table.add_column(f"{label} ms", justify="right")
+    table.add_column("stage (to probe)", fold=True)
+    table.add_column("kind", fold=True)
+    _figure_columns(table, [label for label, _ in COLUMNS])
     held = stream["media"] == "video"
     if held:
         table.add_column("frames\nheld", justify="right")
@@ -81,13 +87,12 @@ def stage_table(stream: dict[str, Any]) -> Table:
 PHASE_ORDER = ("encode", "mux", "sender", "transport", "buffer", "decode", "render", "receiver")
 
 
-def phase_table(stream: dict[str, Any]) -> Table:
+def phase_table(stream: dict[str, Any]) -> FitTable:
     """The phases people budget for (encode, transport, decode, ...), per unit."""
     table = _titled("phases (each a distribution of the units' own sums)")
-    table.add_column("phase")
-    table.add_column("from → to")
-    for label, _ in COLUMNS:
-        table.add_column(f"{label} ms", justify="right")
+    table.add_column("phase", fold=True)
+    table.add_column("from → to", fold=True)
+    _figure_columns(table, [label for label, _ in COLUMNS])
     phases = stream.get("phases", {})
     for name in [p for p in PHASE_ORDER if p in phases]:
         phase = phases[name]
@@ -111,7 +116,7 @@ INTERVAL_LABELS = {
 }
 
 
-def interval_table(intervals: dict[str, Any]) -> Table:
+def interval_table(intervals: dict[str, Any]) -> FitTable:
     """A browser's own stages, one value per 200 ms stats interval, as distributions."""
     title = "in the browser, per stats interval (getStats every 200 ms)"
     return _stage_distributions(title, "intervals", INTERVAL_LABELS, intervals)
@@ -123,13 +128,12 @@ def _stage_distributions(
     labels: dict[str, str],
     figures: dict[str, Any],
     row_header: str = "stage",
-) -> Table:
+) -> FitTable:
     """One row per stage present in ``figures``: how many values, p50 … mean in ms."""
     table = _titled(title)
-    table.add_column(row_header)
+    table.add_column(row_header, fold=True)
     table.add_column(counted, justify="right")
-    for label in ("p50", "p90", "p99", "max", "mean"):
-        table.add_column(f"{label} ms", justify="right")
+    _figure_columns(table, ("p50", "p90", "p99", "max", "mean"))
     for name, label in labels.items():
         if name in figures:
             f = figures[name]
@@ -178,7 +182,7 @@ FUNCTION_LABELS = {
 }
 
 
-def function_table(functions: dict[str, Any]) -> Table:
+def function_table(functions: dict[str, Any]) -> FitTable:
     """The browsers' audio functions, one value per call, from Chromium's own trace."""
     title = "in the browser, per call (Chromium's trace of its audio functions)"
     return _stage_distributions(title, "calls", FUNCTION_LABELS, functions)
@@ -191,11 +195,12 @@ ADAPTING_LABELS = {
 }
 
 
-def adaptation_table(steps: list[dict[str, Any]]) -> Table:
+def adaptation_table(steps: list[dict[str, Any]]) -> FitTable:
     """Per scheduled link change and series: the level before and after, and when it settled."""
     table = _titled("adaptation to link changes (per stats interval)")
     for label in ("at s", "link", "set", "series", "before", "after", "settled after s"):
-        table.add_column(label, justify="left" if label in ("link", "set", "series") else "right")
+        named = label in ("link", "set", "series")
+        table.add_column(label, justify="left" if named else "right", fold=named)
     for step in steps:
         change = ", ".join(f"{k}={v}" for k, v in step["set"].items())
         for key, label in ADAPTING_LABELS.items():
@@ -214,14 +219,17 @@ def adaptation_table(steps: list[dict[str, Any]]) -> Table:
     return table
 
 
-def srt_table(entries: list[dict[str, Any]]) -> Table:
+SRT_DROP = {"Mbit/s p50": 1, "sent": 2, "received": 2, "RTT max ms": 3, "RTT at conn. ms": 4}
+
+
+def srt_table(entries: list[dict[str, Any]]) -> FitTable:
     """Per SRT connection end: latency, RTT, the TSBPD prediction and packet counts."""
     table = _titled("SRT (srtsink/srtsrc stats, read about every 100 ms)")
-    table.add_column("element")
+    table.add_column("element", fold=True)
     labels = ("latency ms", "RTT at conn. ms", "RTT p50 ms", "RTT max ms", "TSBPD ms")
     labels += ("sent", "received", "lost", "retrans.", "dropped", "Mbit/s p50")
     for label in labels:
-        table.add_column(label, justify="right")
+        table.add_column(label, justify="right", drop=SRT_DROP.get(label))
     for e in entries:
         lost = (e.get("packets_sent_lost") or 0) + (e.get("packets_received_lost") or 0)
         rate = e.get("send_rate_mbps_p50") or e.get("receive_rate_mbps_p50")
@@ -247,13 +255,13 @@ def srt_table(entries: list[dict[str, Any]]) -> Table:
     return table
 
 
-def frame_table(frames: dict[str, Any]) -> Table:
+def frame_table(frames: dict[str, Any]) -> FitTable:
     """I- versus P-frames: size, transport time and the wait from first to last byte."""
     table = _titled("frame types")
-    table.add_column("type")
+    table.add_column("type", fold=True)
     table.add_column("frames", justify="right")
     table.add_column("bytes p50", justify="right")
-    table.add_column("bytes max", justify="right")
+    table.add_column("bytes max", justify="right", drop=1)
     measures = [
         m
         for m in ("transport", "link_crossing", "link_drain", "first_to_last_byte")
@@ -262,7 +270,7 @@ def frame_table(frames: dict[str, Any]) -> Table:
     for measure in measures:
         label = measure.replace("_", " ")
         table.add_column(f"{label} p50 ms", justify="right")
-        table.add_column(f"{label} p99 ms", justify="right")
+        table.add_column(f"{label} p99 ms", justify="right", drop=2)
     for kind, entry in frames.items():
         cells = [kind, str(entry["frames"]), f"{entry['bytes_p50']:.0f}", str(entry["bytes_max"])]
         for measure in measures:
@@ -272,7 +280,7 @@ def frame_table(frames: dict[str, Any]) -> Table:
     return table
 
 
-def distribution(segment: dict[str, Any], label: str) -> Table:
+def distribution(segment: dict[str, Any], label: str) -> FitTable:
     """A bucket table like the WebRTC study's: value range, count, share."""
     table = _titled(label)
     table.add_column("ms", justify="right")
@@ -288,12 +296,10 @@ def distribution(segment: dict[str, Any], label: str) -> Table:
     return table
 
 
-def cadence_table(stream: dict[str, Any]) -> Table:
+def cadence_table(stream: dict[str, Any]) -> FitTable:
     """Intervals between consecutive buffers at each probe of the path."""
-    table = Table(
-        title="cadence (interval between buffers)", title_justify="left", header_style="bold"
-    )
-    table.add_column("probe")
+    table = _titled("cadence (interval between buffers)")
+    table.add_column("probe", fold=True)
     for label in ("p50 ms", "p99 ms", "max ms", "irregular"):
         table.add_column(label, justify="right")
     for probe, c in stream["cadence"].items():
@@ -316,7 +322,7 @@ def where_time_goes(stream: dict[str, Any], top: int = 4) -> str:
     )
 
 
-def resources_table(resources: dict[str, Any]) -> Table:
+def resources_table(resources: dict[str, Any]) -> FitTable:
     """CPU, context switches and threads per process, and the system's rates."""
     system = resources.get("system") or {}
     title = "resources (measured window)"
@@ -326,8 +332,12 @@ def resources_table(resources: dict[str, Any]) -> Table:
             f"{system['context_switches_per_s']:.0f} context switches/s"
         )
     table = _titled(title)
-    table.add_column("process")
-    for label in ("user % mean", "max", "sys % mean", "max", "vol cs/s", "invol cs/s", "threads"):
+    table.add_column("process", fold=True)
+    table.add_column("user % mean", justify="right")
+    table.add_column("max", justify="right", drop=1, called="user % max")
+    table.add_column("sys % mean", justify="right")
+    table.add_column("max", justify="right", drop=1, called="sys % max")
+    for label in ("vol cs/s", "invol cs/s", "threads"):
         table.add_column(label, justify="right")
     for name, p in resources.get("processes", {}).items():
         table.add_row(
@@ -343,11 +353,11 @@ def resources_table(resources: dict[str, Any]) -> Table:
     return table
 
 
-def link_traffic_table(link: dict[str, Any]) -> Table:
+def link_traffic_table(link: dict[str, Any]) -> FitTable:
     """What crossed an emulated link, per direction, protocol and port, busiest first."""
     table = _titled(f"link {link['log']}: traffic")
     for label in ("direction", "protocol", "port"):
-        table.add_column(label)
+        table.add_column(label, fold=True)
     for label in ("packets/s", "kbit/s", "delivered", "lost", "queue drops"):
         table.add_column(label, justify="right")
     for row in link["traffic"]:
@@ -366,61 +376,77 @@ def render_summary(
     *,
     distributions: bool = False,
     cadence: bool = False,
+    wide: bool = False,
 ) -> None:
-    """Print the per-stage table of every stream, and optionally more detail."""
+    """Print the per-stage table of every stream, and optionally more detail.
+
+    The tables fit the console's width (low-priority columns left out, names folded);
+    ``wide``: every column, at the tables' natural width (docs/reports.md).
+    """
     if not summary["streams"]:
         console.print("[yellow]no stream found in the traces[/yellow]")
     for stream in summary["streams"]:
-        parts: list[Any] = [stage_table(stream)]
-        shares = where_time_goes(stream)
-        if shares:
-            parts.append(Text(f"where the time goes (share of the mean): {shares}"))
-        if stream.get("phases"):
-            parts.append(phase_table(stream))
-        if stream.get("frames"):
-            parts.append(frame_table(stream["frames"]))
-        if stream.get("intervals"):
-            parts.append(interval_table(stream["intervals"]))
-        if stream.get("browser_functions"):
-            parts.append(function_table(stream["browser_functions"]))
-        if stream.get("adaptation"):
-            parts.append(adaptation_table(stream["adaptation"]))
-        handoffs = stream["thread_handoffs"]
-        parts.append(
-            Text(
-                f"thread hand-offs per journey: mean {handoffs['mean']:.2f}, max {handoffs['max']}",
-                style="dim",
-            )
+        emit(console, Group(*_stream_parts(stream, distributions, cadence)), wide=wide)
+    for part in _run_parts(summary):
+        emit(console, part, wide=wide)
+
+
+def _stream_parts(stream: dict[str, Any], distributions: bool, cadence: bool) -> list[Any]:
+    """The tables and lines of one stream, in the order they are printed."""
+    parts: list[Any] = [stage_table(stream)]
+    shares = where_time_goes(stream)
+    if shares:
+        parts.append(Text(f"where the time goes (share of the mean): {shares}"))
+    if stream.get("phases"):
+        parts.append(phase_table(stream))
+    if stream.get("frames"):
+        parts.append(frame_table(stream["frames"]))
+    if stream.get("intervals"):
+        parts.append(interval_table(stream["intervals"]))
+    if stream.get("browser_functions"):
+        parts.append(function_table(stream["browser_functions"]))
+    if stream.get("adaptation"):
+        parts.append(adaptation_table(stream["adaptation"]))
+    handoffs = stream["thread_handoffs"]
+    parts.append(
+        Text(
+            f"thread hand-offs per journey: mean {handoffs['mean']:.2f}, max {handoffs['max']}",
+            style="dim",
         )
-        if cadence:
-            parts.append(cadence_table(stream))
-        if distributions:
-            for seg in [*stream["segments"], stream["end_to_end"]]:
-                parts.append(distribution(seg, f"{seg['from']} → {seg['to']}"))
-        console.print(Group(*parts))
+    )
+    if cadence:
+        parts.append(cadence_table(stream))
+    if distributions:
+        for seg in [*stream["segments"], stream["end_to_end"]]:
+            parts.append(distribution(seg, f"{seg['from']} → {seg['to']}"))
+    return parts
+
+
+def _run_parts(summary: dict[str, Any]) -> list[Any]:
+    """What is printed after the streams: configured latency, black box, resources, ..."""
+    parts: list[Any] = []
     latencies = [
         f"{t['process']} {t['configured_latency_ms']:.3f} ms"
         for t in summary.get("traces", [])
         if t.get("configured_latency_ms") is not None
     ]
     if latencies:
-        console.print(
+        parts.append(
             Text(
                 "pipeline latency configured (each clocked sink renders a buffer this long "
                 f"after its running time): {', '.join(latencies)}"
             )
         )
     if summary.get("blackbox"):
-        console.print(blackbox_view(summary))
+        parts.append(blackbox_view(summary))
     if summary.get("resources", {}).get("processes"):
-        console.print(resources_table(summary["resources"]))
-    for link in summary.get("links", []):
-        console.print(link_traffic_table(link))
+        parts.append(resources_table(summary["resources"]))
+    parts += [link_traffic_table(link) for link in summary.get("links", [])]
     if summary.get("srt"):
-        console.print(srt_table(summary["srt"]))
+        parts.append(srt_table(summary["srt"]))
     for trace in summary.get("traces", []):
         notes = list(trace["problems"])
         if trace["dropped_events"]:
             notes.append(f"{trace['dropped_events']} events dropped by the tracer")
-        for note in notes:
-            console.print(f"[yellow]{trace['file']}: {note}[/yellow]")
+        parts += [f"[yellow]{trace['file']}: {note}[/yellow]" for note in notes]
+    return parts
