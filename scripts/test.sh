@@ -1,22 +1,44 @@
 #!/usr/bin/env bash
-# Run every check: lint (ruff, clippy, rustfmt), Rust tests and the whole pytest
-# suite, end-to-end tests on real GStreamer pipelines in network namespaces included.
+# Run every check: lint (ruff, rustfmt, clippy), the Rust tests, then the tests in two
+# tiers: the fast tier (no root, no namespaces, no servers, no browsers: units, synthetic
+# traces, parsers) first, then the end-to-end tier on the real stack (GStreamer pipelines
+# in network namespaces, audio servers, Chromium).
+#
+#   bash scripts/test.sh            everything (what CI runs)
+#   bash scripts/test.sh --fast     lint and the fast tier only (about a minute)
+#   bash scripts/test.sh -- ARGS    everything, ARGS passed to every pytest run
+#
+# The end-to-end tier runs in two parts: tests whose figures tolerate a busy machine run
+# two at a time (pytest-xdist); tests marked `exclusive` (planted delays measured to a
+# fraction of a millisecond, audio servers at 10 ms periods) run alone, one after another.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
-echo "== ruff"
+fast_only=0
+if [ "${1:-}" = "--fast" ]; then
+    fast_only=1
+    shift
+fi
+[ "${1:-}" = "--" ] && shift
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-echo "== cargo fmt, clippy, test"
-cargo fmt --manifest-path tracer/Cargo.toml -- --check
-cargo clippy --release --quiet --manifest-path tracer/Cargo.toml -- -D warnings
-cargo test --release --quiet --manifest-path tracer/Cargo.toml
-cargo fmt --manifest-path kuprobe/Cargo.toml -- --check
-cargo clippy --release --quiet --manifest-path kuprobe/Cargo.toml -- -D warnings
-cargo test --release --quiet --manifest-path kuprobe/Cargo.toml
-cargo fmt --manifest-path linkemu/Cargo.toml -- --check
-cargo clippy --release --quiet --manifest-path linkemu/Cargo.toml -- -D warnings
-cargo test --release --quiet --manifest-path linkemu/Cargo.toml
-echo "== pytest"
-.venv/bin/pytest -q "$@"
+step "cargo fmt, clippy, test"
+for crate in tracer kuprobe linkemu; do
+    cargo fmt --manifest-path "$crate/Cargo.toml" -- --check
+    cargo clippy --release --quiet --manifest-path "$crate/Cargo.toml" -- -D warnings
+    cargo test --release --quiet --manifest-path "$crate/Cargo.toml"
+done
+
+step "fast tier"
+.venv/bin/pytest -q -m "not e2e" "$@"
+[ "$fast_only" = 1 ] && exit 0
+
+step "end-to-end tier, two at a time"
+.venv/bin/pytest -q -m "e2e and not exclusive" -n 2 "$@"
+step "end-to-end tier, one at a time"
+.venv/bin/pytest -q -m "e2e and exclusive" "$@"

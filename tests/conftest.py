@@ -1,10 +1,19 @@
-"""Shared helpers for the end-to-end tests."""
+"""Shared helpers for the tests, and the guard that keeps the fast tier honest.
+
+Tests come in two tiers (``scripts/test.sh``): the fast tier (no root, no namespaces, no
+servers, no browsers: units, synthetic traces, parsers) and the end-to-end tier, marked
+``@pytest.mark.e2e``, on the real stack. A test not marked e2e that starts one of the
+programs in ``E2E_PROGRAMS`` fails, naming the program: it belongs in the e2e tier.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,12 +21,112 @@ from typing import Any
 
 import pytest
 
+from latlab.lab.process import STOP_STEPS
 from latlab.lab.runner import run_scenario
 from latlab.lab.scenario import parse_scenario
 from latlab.pipeline import analyze_run
 
 RunScenario = Callable[..., dict[str, Any]]
 LATLAB = str(Path(__file__).resolve().parent.parent / "latlab")
+
+# What only the end-to-end tier may start: namespaces and tc, GStreamer pipelines, audio
+# servers, browsers, guest kernels, latlab's own lab programs.
+E2E_PROGRAMS = frozenset(
+    {
+        "ip", "tc", "nsenter", "unshare", "jackd", "pulseaudio",
+        "chromium", "linux.uml", "qemu-system-x86_64", "latlab-linkemu", "latlab-kuprobe",
+    }
+)  # fmt: skip
+
+
+class _FastTierGuard:
+    """Stand-ins for ``E2E_PROGRAMS`` in a temporary directory: each logs that it ran and
+    fails. While a fast-tier test runs (its fixtures included), PATH starts there and
+    ``subprocess.Popen`` refuses those programs given by their full path."""
+
+    def __init__(self) -> None:
+        self.shims = Path(tempfile.mkdtemp(prefix="latlab-fast-tier-"))
+        self.log = self.shims / "ran.log"
+        for name in E2E_PROGRAMS:
+            shim = self.shims / name
+            shim.write_text(
+                f"#!/bin/sh\necho {shlex.quote(name)} >> {shlex.quote(str(self.log))}\n"
+                f"echo 'latlab tests: a fast-tier test ran {name}: mark it e2e' >&2\nexit 127\n",
+                encoding="utf-8",
+            )
+            shim.chmod(0o755)
+
+    @contextmanager
+    def active(self) -> Iterator[None]:
+        """The guard in place for the duration of the block."""
+        patch = pytest.MonkeyPatch()
+        patch.setenv("PATH", f"{self.shims}{os.pathsep}{os.environ.get('PATH', '')}")
+        original = subprocess.Popen.__init__
+        guard = self
+
+        def guarded(self: subprocess.Popen, args: Any, *rest: Any, **kwargs: Any) -> None:
+            first = args if isinstance(args, str | bytes | os.PathLike) else args[0]
+            name = Path(os.fsdecode(first).split()[0] if kwargs.get("shell") else first).name
+            if name in E2E_PROGRAMS and not os.fsdecode(first).startswith(str(guard.shims)):
+                with guard.log.open("a", encoding="utf-8") as out:
+                    out.write(name + "\n")
+                raise AssertionError(f"a fast-tier test started {name}: mark it e2e")
+            original(self, args, *rest, **kwargs)
+
+        patch.setattr(subprocess.Popen, "__init__", guarded)
+        try:
+            yield
+        finally:
+            patch.undo()
+
+    def ran(self) -> list[str]:
+        """The programs run since the last call (and forget them)."""
+        if not self.log.exists():
+            return []
+        names = sorted(set(self.log.read_text(encoding="utf-8").split()))
+        self.log.unlink()
+        return names
+
+
+_GUARD = _FastTierGuard()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    shutil.rmtree(_GUARD.shims, ignore_errors=True)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A fast-tier test and the fixtures it sets up run with the guard in place."""
+    if item.get_closest_marker("e2e"):
+        yield
+        return
+    with _GUARD.active():
+        yield
+
+
+# Modules whose tests share nothing (no module-scoped fixture): xdist may spread their
+# tests over its workers. Every other module's tests stay together on one worker, so that
+# a module fixture (a run, a sweep) is made once.
+SPREAD_MODULES = frozenset({"test_e2e_scenarios"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Keep each module's tests on one xdist worker (``--dist loadgroup``), but for the
+    modules in ``SPREAD_MODULES``."""
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        if module not in SPREAD_MODULES:
+            item.add_marker(pytest.mark.xdist_group(module))
+
+
+@pytest.fixture(autouse=True)
+def _fast_tier_check(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a fast-tier test whose child processes ran a program of the e2e tier."""
+    yield
+    ran = _GUARD.ran()
+    if ran and not request.node.get_closest_marker("e2e"):
+        pytest.fail(f"a fast-tier test ran {', '.join(ran)}: mark it @pytest.mark.e2e")
 
 
 def latlab(
@@ -48,6 +157,14 @@ def run_and_analyze(tmp_path: Path) -> RunScenario:
         return summary
 
     return run
+
+
+def stop_budget_s(processes: int = 2) -> float:
+    """How long a run may take to stop after Ctrl-C: each process through all of its stop
+    steps in turn (SIGINT, then SIGTERM, each with its grace time), plus 10 s for the lab's
+    teardown and the analysis that follows. A stop that takes longer is a hang."""
+    graces = sum(grace or 0.0 for _, _, grace in STOP_STEPS)
+    return processes * graces + 10.0
 
 
 def delay_sweep(
@@ -143,7 +260,7 @@ def two_hosts(
     sender: str,
     *,
     name: str = "t",
-    duration: float = 2,
+    duration: float | str = 2,
     head: str = "",
     receiver_keys: str = "",
     sender_keys: str = "",

@@ -33,7 +33,9 @@ RTT = re.compile(r"icmp_seq=(\d+) .*time=([0-9.]+) ms")
 def ping(lab: Lab, count: int, interval_s: float) -> dict[str, object]:
     """Ping rx from tx; the round-trip times of the replies and how many were sent."""
     argv = ["ping", "-n", "-c", str(count), "-i", str(interval_s), "-W", "1", lab.addr("rx")]
-    result = subprocess.run(lab.exec_argv("tx", argv), capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        lab.exec_argv("tx", argv), capture_output=True, text=True, check=False, timeout=60
+    )
     rtts = [float(m.group(2)) for m in RTT.finditer(result.stdout)]
     return {"sent": count, "rtt_ms": rtts}
 

@@ -252,6 +252,8 @@ def _require_jack() -> None:
         pytest.skip("jackd not installed")
 
 
+@pytest.mark.exclusive
+@pytest.mark.e2e
 def test_rig_looped_on_one_jack_server_measures_zero(tmp_path: Path) -> None:
     """Player and recorder on one server, connected directly: every code in the same cycle.
 
@@ -287,6 +289,8 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[float, tuple[Path,
     return planted_link_delays(SCENARIO, tmp_path_factory.mktemp("blackbox") / "sweep")
 
 
+@pytest.mark.exclusive
+@pytest.mark.e2e
 def test_sweep_table_shows_the_black_box_per_point(planted: dict) -> None:
     sweep_dir = next(iter(planted.values()))[0].parents[1]
     result = latlab("report", str(sweep_dir), timeout=120)
@@ -299,6 +303,8 @@ def test_sweep_table_shows_the_black_box_per_point(planted: dict) -> None:
         assert f"{figures['black_box']['p50_ms']:.2f}" in result.stdout
 
 
+@pytest.mark.exclusive
+@pytest.mark.e2e
 def test_planted_link_delay_moves_black_box_and_probes_alike(planted: dict) -> None:
     """Within a run, black box and probes track each other code by code; between runs, a
     delay planted on the link moves both alike, and the probes see it exactly on the
@@ -332,6 +338,7 @@ def test_planted_link_delay_moves_black_box_and_probes_alike(planted: dict) -> N
     assert beyond_probes == pytest.approx(30.0, abs=period_ms + 0.5)
 
 
+@pytest.mark.e2e
 def test_a_damaged_recording_is_one_line_and_the_rest_of_the_run_stays(
     planted: dict, tmp_path: Path
 ) -> None:

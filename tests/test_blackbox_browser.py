@@ -34,6 +34,7 @@ JITTERBUFFER_TARGET_MS = 60  # bob's NetEq is held here (on this link it settles
 PLAYOUT_PERIOD_MS = 10.0  # NetEq counts its buffer in 10 ms ticks; bob plays 10 ms per pull
 
 
+@pytest.mark.e2e
 def test_a_capturing_browser_cannot_also_name_its_own_file() -> None:
     text = SCENARIO.read_text(encoding="utf-8").replace(
         'browser = "chromium"', 'browser = "chromium"\naudio_file = "/tmp/x.wav"', 1
@@ -118,6 +119,7 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     return out, summary
 
 
+@pytest.mark.exclusive
 @lab
 def test_every_code_crosses_the_call_and_capture_runs_in_real_time(planted: tuple) -> None:
     run_dir, summary = planted
@@ -133,6 +135,7 @@ def test_every_code_crosses_the_call_and_capture_runs_in_real_time(planted: tupl
     assert per_call_ms == pytest.approx(10.0, rel=1e-3)
 
 
+@pytest.mark.exclusive
 @lab
 def test_codes_go_missing_only_where_the_audio_was_altered(planted: tuple) -> None:
     """NetEq conceals lost or late audio and stretches time to steer its buffer, and
@@ -217,6 +220,7 @@ def _per_code(run_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     return box[1:], probed[1:], 1000.0 * delay_s / emitted, 1000.0 * target_s / emitted
 
 
+@pytest.mark.exclusive
 @lab
 def test_planted_link_delay_moves_the_black_box(planted: tuple) -> None:
     """The link delay steps up by 30 ms during the call, and the probes see it. The

@@ -87,6 +87,8 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[float, tuple[Path,
     return delay_sweep(text, tmp_path_factory.mktemp("blackbox-gst") / "sweep", (5, 35), 6)
 
 
+@pytest.mark.exclusive
+@pytest.mark.e2e
 def test_black_box_and_probes_over_the_same_span_agree(planted: dict) -> None:
     for _, summary in planted.values():
         box = summary["blackbox"]
@@ -102,6 +104,8 @@ def test_black_box_and_probes_over_the_same_span_agree(planted: dict) -> None:
         assert box["unexplained"]["max_ms"] - box["unexplained"]["min_ms"] < 0.5
 
 
+@pytest.mark.exclusive
+@pytest.mark.e2e
 def test_planted_link_delay_moves_the_black_box_by_that_much(planted: dict) -> None:
     shift = (
         planted[35.0][1]["blackbox"]["black_box"]["p50_ms"]
@@ -110,6 +114,8 @@ def test_planted_link_delay_moves_the_black_box_by_that_much(planted: dict) -> N
     assert shift == pytest.approx(30.0, abs=0.3)
 
 
+@pytest.mark.exclusive
+@pytest.mark.e2e
 def test_report_shows_the_span_and_the_recording_is_the_playout(planted: dict) -> None:
     run_dir, _ = planted[5.0]
     result = latlab("report", str(run_dir), timeout=120)
@@ -120,6 +126,7 @@ def test_report_shows_the_span_and_the_recording_is_the_playout(planted: dict) -
     assert (run_dir / SIGNAL_DIR / RECEIVED_WAV).stat().st_size > 6 * 48000 * 2
 
 
+@pytest.mark.e2e
 def test_a_trace_without_the_signal_elements_is_one_line(planted: dict, tmp_path: Path) -> None:
     run_dir, _ = planted[5.0]
     copy = tmp_path / "renamed"

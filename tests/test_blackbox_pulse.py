@@ -41,6 +41,8 @@ pytestmark = pytest.mark.skipif(
 )
 
 
+@pytest.mark.exclusive
+@pytest.mark.e2e
 def test_rig_looped_on_one_pulse_server_measures_zero(tmp_path: Path) -> None:
     """Player into a null sink, recorder on its monitor: the player's own tap on that
     monitor and the recorder are two clients reading the same samples, each timed by
@@ -74,6 +76,8 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> dict[float, tuple[Path,
     return planted_link_delays(SCENARIO, tmp_path_factory.mktemp("blackbox-pulse") / "sweep")
 
 
+@pytest.mark.exclusive
+@pytest.mark.e2e
 def test_every_code_crosses_the_pulse_devices(planted: dict) -> None:
     """The rig's tap on the sender's monitor and the pulsesrc reading it date samples
     by the same model (a read's last sample just before it returned), but each reads
@@ -101,6 +105,8 @@ def test_every_code_crosses_the_pulse_devices(planted: dict) -> None:
         assert np.median(np.abs(np.diff(played))) < 0.2
 
 
+@pytest.mark.exclusive
+@pytest.mark.e2e
 def test_planted_link_delay_moves_the_pulse_black_box_and_probes_alike(planted: dict) -> None:
     """As on JACK (tests/test_blackbox.py): the link carries the planted 30 ms exactly;
     the black box less what the probes saw move besides the link recovers it, up to
@@ -110,6 +116,8 @@ def test_planted_link_delay_moves_the_pulse_black_box_and_probes_alike(planted: 
     assert beyond_probes == pytest.approx(30.0, abs=PERIOD_MS + 0.5)
 
 
+@pytest.mark.exclusive
+@pytest.mark.e2e
 def test_report_shows_the_pulse_black_box(planted: dict) -> None:
     run_dir, summary = planted[5.0]
     result = latlab("report", str(run_dir), timeout=120)

@@ -81,7 +81,7 @@ def leftovers(tmp_path: Path) -> tuple[list[str], str]:
     """This process's lab namespaces and any Chromium still using a profile under tmp_path."""
     namespaces = [n for n in list_namespaces() if n.startswith(f"llab-{os.getpid()}-")]
     found = subprocess.run(
-        ["pgrep", "-af", f"user-data-dir={tmp_path}"], capture_output=True, text=True
+        ["pgrep", "-af", f"user-data-dir={tmp_path}"], capture_output=True, text=True, timeout=60
     ).stdout
     return namespaces, found
 
@@ -171,6 +171,7 @@ def test_ice_that_never_connects(tmp_path: Path) -> None:
     assert all(p["browser"]["hello_s"] is not None for p in run["processes"])
 
 
+@pytest.mark.e2e
 def test_scenario_errors() -> None:
     good = call_scenario()
     cases = [

@@ -85,7 +85,9 @@ def test_print_env_loads_the_tracer(tmp_path: Path) -> None:
     result = latlab("record", "--print-env", "--out", str(tmp_path))
     assert result.returncode == 0
     script = result.stdout + "\nenv\n"
-    env = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    env = subprocess.run(
+        ["sh", "-c", script], capture_output=True, text=True, check=True, timeout=60
+    ).stdout
     assert "GST_TRACERS=latlab" in env
     assert f"LATLAB_TRACE_DIR={tmp_path}/traces" in env
 

@@ -61,6 +61,8 @@ def _row(comparison: dict[str, Any], name: str) -> dict[str, Any]:
     return next(r for r in stream["rows"] if r["name"] == name)
 
 
+@pytest.mark.exclusive
+@pytest.mark.e2e
 def test_compare_finds_the_planted_jitterbuffer_difference(sweep: Path) -> None:
     result = latlab("compare", f"{sweep}:jb=20", f"{sweep}:jb=60", "--json")
     assert result.returncode == 0, result.stderr
@@ -82,6 +84,7 @@ def test_compare_finds_the_planted_jitterbuffer_difference(sweep: Path) -> None:
     assert abs(sender["estimate"]) < TOLERANCE_MS and sender["ci"][1] < PLANTED_MS / 4
 
 
+@pytest.mark.e2e
 def test_compare_of_a_run_with_itself_shows_no_significant_difference(sweep: Path) -> None:
     point = sweep / "points" / "jb=20"
     result = latlab("compare", str(point), f"{sweep}:1", "--json")
@@ -98,6 +101,7 @@ def test_compare_of_a_run_with_itself_shows_no_significant_difference(sweep: Pat
     assert e2e["ci"][1] > e2e["ci"][0]  # a real interval, not a point
 
 
+@pytest.mark.e2e
 def test_compare_table_marks_significant_rows(sweep: Path) -> None:
     result = latlab("compare", f"{sweep}:jb=20", f"{sweep}:jb=60")
     assert result.returncode == 0, result.stderr
@@ -108,6 +112,7 @@ def test_compare_table_marks_significant_rows(sweep: Path) -> None:
     assert jitterbuffer.count("*") >= 3  # p50, p99 and mean
 
 
+@pytest.mark.e2e
 def test_streams_in_one_run_only_are_listed(sweep: Path) -> None:
     _, _, streams = analyze_run(sweep / "points" / "jb=20", write=False)
     a, b = RunInput(sweep, "A"), RunInput(sweep, "B")
@@ -117,6 +122,7 @@ def test_streams_in_one_run_only_are_listed(sweep: Path) -> None:
     assert comparison.to_json()["streams_only_in_b"] == []
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
@@ -132,6 +138,7 @@ def test_bad_run_names_give_one_line(sweep: Path, spec: str, expected: str) -> N
     assert line.startswith("latlab: error: ") and expected in line
 
 
+@pytest.mark.e2e
 def test_sweep_points_resolve_by_name_part_and_number(sweep: Path) -> None:
     assert resolve_run(f"{sweep}:jb=60").path == sweep / "points" / "jb=60"
     assert resolve_run(f"{sweep}:2").path == sweep / "points" / "jb=60"
@@ -145,6 +152,7 @@ def _summary(run_dir: Path) -> dict[str, Any]:
     return json.loads((run_dir / "summary.json").read_text())
 
 
+@pytest.mark.e2e
 def test_check_passes_and_fails_and_names_the_exceeded_budget(sweep: Path) -> None:
     point = sweep / "points" / "jb=60"
     e2e = _summary(point)["streams"][0]["end_to_end"]
@@ -168,6 +176,7 @@ def test_check_passes_and_fails_and_names_the_exceeded_budget(sweep: Path) -> No
     assert result.stdout.count("FAIL") == 2 and result.stdout.count("pass") == 1
 
 
+@pytest.mark.e2e
 def test_check_json_figures_are_the_summary_figures(sweep: Path) -> None:
     point = sweep / "points" / "jb=20"
     stream = _summary(point)["streams"][0]
@@ -192,6 +201,7 @@ def test_check_json_figures_are_the_summary_figures(sweep: Path) -> None:
     assert rows[0]["units"] == stream["complete_units"]
 
 
+@pytest.mark.e2e
 def test_limit_operators_and_units(sweep: Path) -> None:
     _, _, streams = analyze_run(sweep / "points" / "jb=20", write=False)
     p50 = float(np.percentile(streams[0].end_to_end.values_ns / 1e6, 50))
@@ -209,6 +219,7 @@ def test_limit_operators_and_units(sweep: Path) -> None:
     assert results[0].value_ms == pytest.approx(p50)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("budget", "expected"),
     [
@@ -230,6 +241,7 @@ def test_bad_budgets_are_one_line_and_exit_2(sweep: Path, budget: str, expected:
 # --- the bootstrap itself -------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_block_length_follows_autocorrelation() -> None:
     rng = np.random.default_rng(1)
     noise = rng.normal(size=4000)

@@ -134,6 +134,7 @@ def test_server_lives_exactly_as_long_as_the_run(tmp_path: Path, server: str) ->
         assert device["reported_latency"]["playback_frames"] == 960
 
 
+@pytest.mark.exclusive
 @pytest.mark.e2e
 @pytest.mark.parametrize("period", [480, 960])
 def test_period_shows_in_the_source_cadence(tmp_path: Path, period: int) -> None:

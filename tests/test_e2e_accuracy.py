@@ -41,6 +41,7 @@ def _grew(base: dict, planted: dict, probe: str, stat: str = "p50_ms") -> float:
     return segment(planted, probe)[stat] - segment(base, probe)[stat]
 
 
+@pytest.mark.exclusive
 def test_queue_min_threshold_lands_in_the_queue(run_and_analyze: RunScenario) -> None:
     base = run_and_analyze(SCENARIO, "base", rx_extra=QUEUE.format(0))
     planted = run_and_analyze(SCENARIO, "planted", rx_extra=QUEUE.format(30_000_000))
@@ -48,6 +49,7 @@ def test_queue_min_threshold_lands_in_the_queue(run_and_analyze: RunScenario) ->
     assert _grew(base, planted, "queue0:src") == pytest.approx(30.0, abs=TOLERANCE_MS)
 
 
+@pytest.mark.exclusive
 def test_identity_sleep_lands_in_identity(run_and_analyze: RunScenario) -> None:
     base = run_and_analyze(SCENARIO, "base", tx_extra="identity")
     planted = run_and_analyze(SCENARIO, "planted", tx_extra="identity sleep-time=7000")
@@ -55,6 +57,7 @@ def test_identity_sleep_lands_in_identity(run_and_analyze: RunScenario) -> None:
     assert _grew(base, planted, "sender/identity0:src") == pytest.approx(7.0, abs=TOLERANCE_MS)
 
 
+@pytest.mark.exclusive
 def test_jitterbuffer_latency_lands_in_the_jitterbuffer(run_and_analyze: RunScenario) -> None:
     base = run_and_analyze(SCENARIO, "base", jb_latency="20")
     planted = run_and_analyze(SCENARIO, "planted", jb_latency="50")
@@ -62,6 +65,7 @@ def test_jitterbuffer_latency_lands_in_the_jitterbuffer(run_and_analyze: RunScen
     assert _grew(base, planted, "rtpjitterbuffer0:src") == pytest.approx(30.0, abs=TOLERANCE_MS)
 
 
+@pytest.mark.exclusive
 def test_payload_time_lands_in_the_payloader(run_and_analyze: RunScenario) -> None:
     """With 10 ms buffers and 40 ms packets, units wait 30, 20, 10 and 0 ms: 15 ms more."""
     base = run_and_analyze(SCENARIO, "base", ptime_ns="10000000")
@@ -73,6 +77,7 @@ def test_payload_time_lands_in_the_payloader(run_and_analyze: RunScenario) -> No
     assert _grew(base, planted, "rtpl16pay0:src", "p90_ms") == pytest.approx(30.0, abs=1.0)
 
 
+@pytest.mark.exclusive
 def test_segment_means_add_up_and_nothing_is_lost(run_and_analyze: RunScenario) -> None:
     summary = run_and_analyze(SCENARIO, "plain")
     (stream,) = summary["streams"]

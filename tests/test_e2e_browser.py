@@ -27,6 +27,7 @@ def _streams(tmp_path: Path, tag: str, delay_ms: float) -> dict[str, dict]:
     return {s["id"].split(" ")[0]: s for s in summary["streams"]}
 
 
+@pytest.mark.exclusive
 @lab
 def test_planted_link_delay_lands_in_send_and_network(tmp_path: Path) -> None:
     base = _streams(tmp_path, "d10", 10)

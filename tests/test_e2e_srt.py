@@ -75,6 +75,7 @@ def _video_stream(summary: dict) -> dict:
     return streams[0]
 
 
+@pytest.mark.exclusive
 def test_frames_are_stitched_through_mpegts_and_srt(tmp_path: Path) -> None:
     out = _run(tmp_path, "base", latency_ms=80, delay_ms=5)
     summary, _, _ = analyze_run(out)
@@ -138,12 +139,14 @@ def _transport_p50(tmp_path: Path, tag: str, latency_ms: int, delay_ms: float) -
     return min(p50s)
 
 
+@pytest.mark.exclusive
 def test_planted_srt_latency_lands_in_transport(tmp_path: Path) -> None:
     base = _transport_p50(tmp_path, "lat60", latency_ms=60, delay_ms=5)
     planted = _transport_p50(tmp_path, "lat160", latency_ms=160, delay_ms=5)
     assert planted - base == pytest.approx(100.0, abs=TOLERANCE_MS)
 
 
+@pytest.mark.exclusive
 def test_planted_link_delay_lands_in_transport(tmp_path: Path) -> None:
     base = _transport_p50(tmp_path, "d5", latency_ms=80, delay_ms=5)
     planted = _transport_p50(tmp_path, "d30", latency_ms=80, delay_ms=30)
@@ -153,6 +156,7 @@ def test_planted_link_delay_lands_in_transport(tmp_path: Path) -> None:
 WIRE_PER_TS_PAYLOAD = (188 + 16 + 8 + 20 + 14) / 184  # TS, SRT, UDP, IP, Ethernet per 184 B
 
 
+@pytest.mark.exclusive
 def test_iframes_drain_slower_through_a_rate_limited_link(tmp_path: Path) -> None:
     """At the bottleneck a frame's packets leave one after the other: the extra bytes of an
     I-frame take (extra bytes on the wire) x 8 / rate longer to drain than a P-frame's."""

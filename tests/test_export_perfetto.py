@@ -73,6 +73,7 @@ def _slices(trace: dict[str, Any]) -> list[dict[str, Any]]:
     return [e for e in trace["traceEvents"] if e["ph"] == "X"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_every_pid_and_tid_is_named(traces: dict[str, dict[str, Any]], name: str) -> None:
     events = traces[name]["traceEvents"]
@@ -93,6 +94,7 @@ def test_every_pid_and_tid_is_named(traces: dict[str, dict[str, Any]], name: str
     assert any(n.startswith(EXPECT[name][1]) for n in run_threads), run_threads
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_slices_are_non_negative_and_nest_on_every_track(
     traces: dict[str, dict[str, Any]], name: str
@@ -110,6 +112,7 @@ def test_slices_are_non_negative_and_nest_on_every_track(
             stack.append(end)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_every_unit_has_one_flow_through_its_slices_in_time_order(
     traces: dict[str, dict[str, Any]], runs: dict[str, Path], name: str
@@ -133,6 +136,7 @@ def test_every_unit_has_one_flow_through_its_slices_in_time_order(
     assert max(processes_crossed) == EXPECT[name][0]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_slices_carry_each_units_segments(
     traces: dict[str, dict[str, Any]], runs: dict[str, Path], name: str
@@ -150,6 +154,7 @@ def test_slices_carry_each_units_segments(
     assert names == expected
 
 
+@pytest.mark.e2e
 def test_export_errors_are_one_line(runs: dict[str, Path], tmp_path: Path) -> None:
     result = latlab("export", str(runs["l16-basic"]))
     assert result.returncode == 2 and "--perfetto OUT.json" in result.stderr
@@ -158,6 +163,7 @@ def test_export_errors_are_one_line(runs: dict[str, Path], tmp_path: Path) -> No
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.e2e
 def test_lanes_never_overlap() -> None:
     rng = np.random.default_rng(3)
     start = np.sort(rng.integers(0, 1_000_000, 5000))

@@ -192,6 +192,7 @@ def check_one_journey_per_direction(out: Path) -> dict[str, dict[str, Any]]:
     return streams
 
 
+@pytest.mark.exclusive
 @lab
 def test_planted_link_delay_lands_in_transport_of_mixed_call(tmp_path: Path) -> None:
     """10 -> 40 ms on the link: both directions' transport phase grows by 30 ms (p50)."""

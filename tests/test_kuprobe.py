@@ -78,6 +78,8 @@ def wait_read(port: int) -> None:
         time.sleep(0.001)
 
 
+@pytest.mark.exclusive
+@pytest.mark.e2e
 def test_loopback_packets_and_a_planted_read_delay(tmp_path: Path) -> None:
     port = free_port()
     probe = start_probe(tmp_path, port)
@@ -116,11 +118,13 @@ def test_loopback_packets_and_a_planted_read_delay(tmp_path: Path) -> None:
     assert t_kernel.min() > time.monotonic_ns() - 60e9
 
 
+@pytest.mark.e2e
 def test_bad_arguments_are_one_line(tmp_path: Path) -> None:
-    result = subprocess.run([str(PROBE), "--port", "x"], capture_output=True, text=True)
+    result = subprocess.run([str(PROBE), "--port", "x"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and result.stderr == "latlab-kuprobe: bad port 'x'\n"
 
 
+@pytest.mark.exclusive
 @pytest.mark.e2e
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 @pytest.mark.skipif(not is_built(), reason="tracer not built")

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces ne
 
 def ping(lab: Lab, src: str, dst: str) -> subprocess.CompletedProcess[str]:
     argv = lab.exec_argv(src, ["ping", "-c", "1", "-W", "1", lab.addr(dst)])
-    return subprocess.run(argv, capture_output=True, text=True, check=False)
+    return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
 
 
 def links_in(namespace: str) -> list[str]:
@@ -35,7 +35,7 @@ def links_in(namespace: str) -> list[str]:
 def dead_pid() -> int:
     """A pid that belongs to no running process (a child that has been reaped)."""
     child = subprocess.Popen(["true"])
-    child.wait()
+    child.wait(timeout=60)
     return child.pid
 
 
@@ -45,6 +45,7 @@ def test_names_fit_interface_limit() -> None:
     assert namespace_name(42, "tx") == "llab-42-tx"
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(shutil.which("ping") is None, reason="ping (iputils-ping) not installed")
 def test_up_ping_down() -> None:
     lab = Lab(["tx", "rx", "alone"], [("tx", "rx")])
@@ -65,6 +66,7 @@ def test_up_ping_down() -> None:
     assert lab.links[0].veth_a not in list_root_links()
 
 
+@pytest.mark.e2e
 def test_exception_inside_with_cleans_up() -> None:
     lab = Lab(["a", "b"], [("a", "b")])
     with pytest.raises(RuntimeError, match="boom"), lab:
@@ -74,6 +76,7 @@ def test_exception_inside_with_cleans_up() -> None:
     assert lab.namespace("b") not in list_namespaces()
 
 
+@pytest.mark.e2e
 def test_keyboard_interrupt_inside_with_cleans_up() -> None:
     lab = Lab(["a"])
     with pytest.raises(KeyboardInterrupt), lab:
@@ -81,12 +84,14 @@ def test_keyboard_interrupt_inside_with_cleans_up() -> None:
     assert lab.namespace("a") not in list_namespaces()
 
 
+@pytest.mark.e2e
 def test_down_kills_processes_left_in_namespace() -> None:
     with Lab(["a"]) as lab:
         child = subprocess.Popen(lab.exec_argv("a", ["sleep", "30"]))
     assert child.wait(timeout=5) == -9
 
 
+@pytest.mark.e2e
 def test_clash_with_existing_namespace_leaves_it_alone() -> None:
     with Lab(["a"]) as first:
         second = Lab(["a"])
@@ -95,6 +100,7 @@ def test_clash_with_existing_namespace_leaves_it_alone() -> None:
         assert first.namespace("a") in list_namespaces()
 
 
+@pytest.mark.e2e
 def test_cleanup_stale_removes_dead_owner_only() -> None:
     pid = dead_pid()
     stale = namespace_name(pid, "x")
@@ -114,6 +120,7 @@ def test_cleanup_stale_removes_dead_owner_only() -> None:
         ip("netns", "del", stale, check=False)
 
 
+@pytest.mark.e2e
 def test_cleanup_stale_removes_dead_owner_veth() -> None:
     pid = dead_pid()
     name_a, name_b = veth_names(pid, 0)

@@ -95,7 +95,10 @@ def test_print_env_is_shell_quoted(tmp_path: Path) -> None:
     assert env["LATLAB_TRACE_DIR"] == str((out / "traces").resolve())
     assert "latlab" in env["GST_TRACERS"]
     shown = subprocess.run(
-        ["sh", "-c", text + 'printf %s "$LATLAB_TRACE_DIR"'], capture_output=True, text=True
+        ["sh", "-c", text + 'printf %s "$LATLAB_TRACE_DIR"'],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert shown.stdout == str((out / "traces").resolve())
 
@@ -349,6 +352,7 @@ def probes_kinds_p50(summary: dict) -> tuple[list[str], list[str], list[float]]:
     return stream["probes"], [s["kind"] for s in segments], [s["p50_ms"] for s in segments]
 
 
+@pytest.mark.exclusive
 @pytest.mark.e2e
 @pytest.mark.skipif(not TRACE, reason="tracer not built")
 @pytest.mark.skipif(os.geteuid() != 0, reason="the lab run needs root (network namespaces)")

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shlex
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 
 from latlab.lab.netns import list_namespaces
-from latlab.lab.runner import RunError, run_scenario
+from latlab.lab.runner import READY_TIMEOUT_S, RunError, run_scenario
 from latlab.lab.scenario import Scenario, load_scenario, parse_scenario
 from latlab.tracer import is_built
-from tests.conftest import L16_CAPS, two_hosts
+from tests.conftest import L16_CAPS, stop_budget_s, two_hosts
 
 pytestmark = [
     pytest.mark.e2e,
@@ -132,6 +134,13 @@ def test_refuses_non_empty_out_dir(tmp_path: Path) -> None:
         run_scenario(parse_scenario(l16_scenario(1)), out, trace=False, progress=False)
 
 
+def read_line(stream: IO[str], timeout: float) -> str:
+    """The next line of a child's stdout, or an assertion error after ``timeout`` s."""
+    ready, _, _ = select.select([stream], [], [], timeout)
+    assert ready, f"no line on stdout in {timeout:g} s"
+    return stream.readline()
+
+
 def wait_for_data(path: Path, timeout: float = 10.0) -> None:
     """Wait until media has arrived at the receiver's filesink.
 
@@ -151,18 +160,26 @@ def test_interrupt_mid_run_cleans_up(tmp_path: Path, signum: int, code: int) -> 
     path.write_text(l16_scenario(60, f"filesink location={shlex.quote(str(raw))}"))
     out = tmp_path / "run"
     argv = [sys.executable, "-m", "latlab.lab", str(path), str(out), "--no-trace"]
-    child = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         assert child.stdout is not None
-        line = child.stdout.readline()  # printed once every process is ready
+        line = read_line(child.stdout, READY_TIMEOUT_S * 2 + 10)  # once every process is ready
         assert "all processes ready" in line
         assert len(namespaces_of(child.pid)) == 2
         wait_for_data(raw)
         child.send_signal(signum)
-        assert child.wait(timeout=30) == code
+        try:
+            assert child.wait(timeout=stop_budget_s()) == code
+        except subprocess.TimeoutExpired:
+            child.send_signal(signal.SIGUSR1)  # the runner prints where it is stuck
+            child.kill()
+            pytest.fail(f"the run did not stop: {child.communicate(timeout=10)[1][-4000:]}")
     finally:
         if child.poll() is None:
             child.kill()
+        child.communicate(timeout=10)
     run = json.loads((out / "run.json").read_text())
     assert run["status"] == "interrupted"
     for proc in run["processes"]:

@@ -33,7 +33,12 @@ def scenario(tmp_path: Path, link: str = "") -> Path:
 def latlab(tmp_path: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "LATLAB_STATE_DIR": str(tmp_path / "state")}
     return subprocess.run(
-        [str(REPO / "latlab"), *args], capture_output=True, text=True, env=env, input=stdin
+        [str(REPO / "latlab"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        input=stdin,
+        timeout=60,
     )
 
 

@@ -104,6 +104,8 @@ def send_through_linkemu(tmp_path: Path, datagrams: list[bytes], delay_ms: float
     return read_link_log(tmp_path / "links" / "tx-rx.lllink")
 
 
+@pytest.mark.exclusive
+@pytest.mark.e2e
 @root
 def test_linkemu_logs_srt_and_ts_facts(tmp_path: Path) -> None:
     log = send_through_linkemu(tmp_path, DATAGRAMS, delay_ms=5)

@@ -166,6 +166,8 @@ def test_foreign_and_truncated_logs(tmp_path: Path) -> None:
 # -- on real namespaces ------------------------------------------------------------------
 
 
+@pytest.mark.exclusive
+@pytest.mark.e2e
 @needs_lab
 def test_loss_models(tmp_path: Path) -> None:
     """Bernoulli 5 % forward and Gilbert-Elliott (p 2 %, r 20 %) reverse, 20 000 each."""
@@ -194,6 +196,8 @@ def test_loss_models(tmp_path: Path) -> None:
     assert abs(bursts.mean() - 1 / r) < 5 * burst_sd / np.sqrt(len(bursts)), bursts.mean()
 
 
+@pytest.mark.exclusive
+@pytest.mark.e2e
 @needs_lab
 def test_delay_moments_and_reverse_override(tmp_path: Path) -> None:
     """Forward 10 ms with normal 2 ms jitter; reverse overrides: 4 ms, uniform +-2 ms."""
@@ -214,6 +218,8 @@ def test_delay_moments_and_reverse_override(tmp_path: Path) -> None:
     assert planned.min() >= 2.0 and planned.max() <= 6.0  # uniform: within delay +- jitter
 
 
+@pytest.mark.exclusive
+@pytest.mark.e2e
 @needs_lab
 def test_rate_bottleneck(tmp_path: Path) -> None:
     kbit, payload = 1000, 1000
@@ -232,6 +238,8 @@ def test_rate_bottleneck(tmp_path: Path) -> None:
     assert udp["direction"] == "tx->rx" and udp["packets"] == len(f["verdict"])
 
 
+@pytest.mark.exclusive
+@pytest.mark.e2e
 @needs_lab
 def test_fifo_without_jitter_and_schedule_step(tmp_path: Path) -> None:
     """20 ms, then 5 ms from at_s = 1: the step applies on time and nothing overtakes."""
@@ -252,6 +260,7 @@ def test_fifo_without_jitter_and_schedule_step(tmp_path: Path) -> None:
     assert np.all(planned[held] >= 5 - 0.001)
 
 
+@pytest.mark.e2e
 @needs_lab
 def test_emulator_death_fails_the_run_and_cleans_up(tmp_path: Path) -> None:
     scenario = parse_scenario(l16(5, "delay_ms = 5"), "death.toml")
@@ -282,6 +291,7 @@ def kill_emulator_when_running(out: Path) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.e2e
 @needs_lab
 def test_lab_error_names_the_dead_link(tmp_path: Path) -> None:
     with Lab(["tx", "rx"], [("tx", "rx")], run_dir=tmp_path,
@@ -290,12 +300,13 @@ def test_lab_error_names_the_dead_link(tmp_path: Path) -> None:
         pid = lab.emulators[0].child.pid
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
-        lab.emulators[0].child.popen.wait()  # type: ignore[union-attr]
+        lab.emulators[0].child.popen.wait(timeout=60)  # type: ignore[union-attr]
         with pytest.raises(LabError, match="link tx-rx: latlab-linkemu died"):
             lab.check_links()
     assert not [ns for ns in list_namespaces() if ns.startswith(f"llab-{os.getpid()}-")]
 
 
+@pytest.mark.exclusive
 @needs_lab
 @pytest.mark.e2e
 def test_l16_over_20ms_link_network_segment(tmp_path: Path) -> None:

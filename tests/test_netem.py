@@ -86,6 +86,7 @@ def _kernel_has_netem() -> bool:
         return netem_missing(lab.namespace("probe")) is None
 
 
+@pytest.mark.e2e
 @root
 def test_without_netem_auto_uses_the_emulator_and_netem_is_refused() -> None:
     if _kernel_has_netem():
@@ -135,6 +136,8 @@ def _boot_uml(tmp_path: Path, command: str) -> str:
 uml = pytest.mark.skipif(UML is None, reason="user-mode-linux not installed (scripts/setup.sh)")
 
 
+@pytest.mark.exclusive
+@pytest.mark.e2e
 @root
 @uml
 def test_netem_link_in_a_kernel_that_has_it(tmp_path: Path) -> None:
@@ -162,6 +165,8 @@ def test_netem_link_in_a_kernel_that_has_it(tmp_path: Path) -> None:
     assert seen["left_behind"] == []
 
 
+@pytest.mark.exclusive
+@pytest.mark.e2e
 @root
 @uml
 def test_shipped_impaired_scenario_runs_over_netem(tmp_path: Path) -> None:

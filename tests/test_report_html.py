@@ -142,7 +142,7 @@ class Browser:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            self.proc.wait()
+            self.proc.wait(timeout=60)
         os.close(self._to_browser)
         os.close(self._from_browser)
 
@@ -392,6 +392,7 @@ def test_black_box_section_of_a_real_run_renders(
     assert len(missing) == (1 if box["codes"]["missing"] else 0)
 
 
+@pytest.mark.e2e
 @needs_chromium
 def test_black_box_error_is_shown_escaped(tmp_path: Path) -> None:
     from latlab.report.html import report_html
@@ -453,6 +454,7 @@ def synthetic_report(tmp_path: Path, **params: Any) -> tuple[Path, dict[str, Any
     return html_path, summary
 
 
+@pytest.mark.e2e
 @needs_chromium
 def test_synthetic_run_with_loss_renders_and_finds_the_loss(tmp_path: Path) -> None:
     html_path, summary = synthetic_report(tmp_path, units=3000, loss=0.02, network_jitter=300_000)

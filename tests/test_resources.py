@@ -38,7 +38,7 @@ def test_read_process_counts_threads_and_switches() -> None:
         second = read_process(child.pid)
     finally:
         child.kill()
-        child.wait()
+        child.wait(timeout=60)
     assert first is not None and second is not None
     assert first.threads == 4
     assert 40 <= second.voluntary_ctxt - first.voluntary_ctxt <= 200
@@ -77,6 +77,7 @@ def test_no_file_no_section(tmp_path: Path) -> None:
     assert summarize_resources(tmp_path / "resources.parquet") is None
 
 
+@pytest.mark.exclusive
 @pytest.mark.e2e
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 def test_every_run_samples_its_processes(tmp_path: Path) -> None:

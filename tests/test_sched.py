@@ -112,6 +112,7 @@ def _kernel_policies(pid: int) -> dict[int, tuple[int, int]]:
     return out
 
 
+@pytest.mark.exclusive
 @pytest.mark.e2e
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 def test_rr_and_fifo_show_in_the_kernel(tmp_path: Path) -> None:
@@ -175,7 +176,9 @@ def test_chrt_reads_the_policy(tmp_path: Path) -> None:
             except FileNotFoundError:  # the process ended meanwhile
                 continue
             for tid in tids:
-                result = subprocess.run(["chrt", "-p", str(tid)], capture_output=True, text=True)
+                result = subprocess.run(
+                    ["chrt", "-p", str(tid)], capture_output=True, text=True, timeout=60
+                )
                 if "SCHED_FIFO" in result.stdout:
                     lines.append(result.stdout)
         done.wait(0.05)
@@ -183,6 +186,7 @@ def test_chrt_reads_the_policy(tmp_path: Path) -> None:
     assert lines and "priority: 10" in lines[0]
 
 
+@pytest.mark.exclusive
 @pytest.mark.e2e
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 @pytest.mark.skipif(not is_built(), reason="tracer not built")

@@ -17,7 +17,7 @@ import pytest
 from latlab.lab.scenario import Scenario, ScenarioError, parse_scenario
 from latlab.lab.sweep import expand_sweep, load_sweep, run_sweep, to_toml
 from latlab.report.sweep_table import comparison_table
-from tests.conftest import L16_CAPS, LATLAB, two_hosts
+from tests.conftest import L16_CAPS, LATLAB, stop_budget_s, two_hosts
 from tests.test_cli import latlab, one_line_error
 
 CAPS = L16_CAPS
@@ -31,7 +31,7 @@ SENDER = (
 )
 
 
-def two_host(sweep: str, duration: float = 3, receiver: str = RECEIVER) -> str:
+def two_host(sweep: str, duration: float | str = 3, receiver: str = RECEIVER) -> str:
     """The two-host L16 scenario of the accuracy tests with a [sweep] table."""
     return two_hosts(
         receiver, SENDER, name="l16-sweep", duration=duration, head=f"[sweep]\n{sweep}"
@@ -249,6 +249,7 @@ def _jitterbuffer(stream: dict[str, Any]) -> dict[str, Any]:
     return segment
 
 
+@pytest.mark.exclusive
 @pytest.mark.e2e
 @needs_root
 def test_jitterbuffer_sweep_end_to_end(tmp_path: Path) -> None:
@@ -302,27 +303,36 @@ def test_failed_point_is_reported_and_the_sweep_goes_on(tmp_path: Path) -> None:
 @pytest.mark.e2e
 @needs_root
 def test_ctrl_c_keeps_finished_points_and_sweep_json(tmp_path: Path) -> None:
+    # The second point runs for a minute, so the interrupt surely lands while it runs: the
+    # test waits for states the program reports (sweep.json says the point is running,
+    # both its processes started tracing), never for a time.
     scenario = tmp_path / "jb.toml"
-    scenario.write_text(two_host("jb = [20, 50]", duration=30))
+    scenario.write_text(
+        two_host('mode = "zip"\njb = [20, 50]\ndur = [1.5, 60]', duration='"${dur}"')
+    )
     out = tmp_path / "sweep"
     proc = subprocess.Popen(
-        [LATLAB, "run", str(scenario), "--out", str(out), "--duration", "1.5", "--no-progress"],
+        [LATLAB, "run", str(scenario), "--out", str(out), "--no-progress"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        _wait_for(lambda: _point_status(out, 1) == "running" and _ready(out / "points/jb=50"))
+        _wait_for(
+            lambda: _point_status(out, 1) == "running" and _ready(out / "points/jb=50,dur=60")
+        )
         proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=30)
+        _, stderr = proc.communicate(timeout=stop_budget_s())
     finally:
         proc.kill()
     assert proc.returncode == 130 and "Traceback" not in stderr
     data = load_sweep(out)
     assert data["status"] == "interrupted"
     assert [p["status"] for p in data["points"]] == ["ok", "interrupted"]
-    assert (out / "points/jb=20/summary.json").is_file()
-    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert (out / "points/jb=20,dur=1.5/summary.json").is_file()
+    namespaces = subprocess.run(
+        ["ip", "netns", "list"], capture_output=True, text=True, timeout=60
+    ).stdout
     assert f"llab-{proc.pid}-" not in namespaces
 
 

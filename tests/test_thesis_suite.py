@@ -196,6 +196,7 @@ def test_bad_analysis_keys_are_one_line_errors(analysis: str, problem: str) -> N
 # --- end to end: two tests of the suite on the real stack -------------------------------
 
 
+@pytest.mark.exclusive
 @pytest.mark.e2e
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 @pytest.mark.skipif(shutil.which("jackd") is None, reason="jackd not installed")

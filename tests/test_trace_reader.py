@@ -91,6 +91,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
         text=True,
         check=False,
         env=env,
+        timeout=60,
     )
 
 

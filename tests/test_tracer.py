@@ -53,7 +53,7 @@ def test_trace_is_complete_after_a_signal(tmp_path: Path, signum: int) -> None:
 def test_trace_is_complete_after_eos(tmp_path: Path) -> None:
     argv = ["gst-launch-1.0", "audiotestsrc", "num-buffers=50", "!", "fakesink"]
     assert subprocess.run(argv, env={**os.environ, **tracer_env(tmp_path, "p")},
-                          capture_output=True, check=False).returncode == 0  # fmt: skip
+                          capture_output=True, check=False, timeout=60).returncode == 0  # fmt: skip
     (path,) = tmp_path.glob("*.lltrace")
     trace = read_trace(path)
     assert trace.complete
@@ -78,7 +78,7 @@ def test_a_writer_that_falls_behind_drops_and_counts(tmp_path: Path) -> None:
     argv = ["gst-launch-1.0", "fakesrc", f"num-buffers={buffers}", "!", "identity", "!",
             "fakesink"]  # fmt: skip
     env = {**os.environ, **tracer_env(tmp_path, "p"), "GST_TRACERS": "latlab(ring=64)"}
-    subprocess.run(argv, env=env, capture_output=True, check=True)
+    subprocess.run(argv, env=env, capture_output=True, check=True, timeout=60)
     (path,) = tmp_path.glob("*.lltrace")
     trace = read_trace(path)
     assert trace.complete
@@ -91,7 +91,7 @@ def test_records_rtp_fields_and_render_instants(tmp_path: Path) -> None:
     argv = ["gst-launch-1.0", "audiotestsrc", "num-buffers=30", "!", "rtpL16pay", "pt=97", "!",
             "fakesink", "sync=true"]  # fmt: skip
     subprocess.run(argv, env={**os.environ, **tracer_env(tmp_path, "p")}, capture_output=True,
-                   check=True)  # fmt: skip
+                   check=True, timeout=60)  # fmt: skip
     (path,) = tmp_path.glob("*.lltrace")
     trace = read_trace(path)
     pay = next(p.pad_id for p in trace.pads.values() if p.element.startswith("rtpl16pay"))
@@ -126,7 +126,7 @@ def video_pes(events: np.ndarray) -> np.ndarray:
 def test_pes_records_follow_frames_through_mpegtsmux(tmp_path: Path) -> None:
     argv = ["gst-launch-1.0", H264_TS[0], "num-buffers=60", *H264_TS[1:], "!", "fakesink"]
     subprocess.run(argv, env={**os.environ, **tracer_env(tmp_path, "p")}, capture_output=True,
-                   check=True)  # fmt: skip
+                   check=True, timeout=60)  # fmt: skip
     (path,) = tmp_path.glob("*.lltrace")
     trace = read_trace(path)
     enc = pad_events(trace, "x264enc")
@@ -170,7 +170,7 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         proc.kill()
-        proc.wait()
+        proc.wait(timeout=60)
 
 
 def test_pes_and_stats_across_an_srt_hop(tmp_path: Path) -> None:

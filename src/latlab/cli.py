@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import faulthandler
 import json
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -526,7 +528,10 @@ def signal_compare(
 
 
 def main() -> None:
-    """Entry point: user mistakes become one line on stderr and a non-zero exit."""
+    """Entry point: user mistakes become one line on stderr and a non-zero exit.
+
+    ``kill -USR1 PID`` prints every thread's Python stack to stderr (where a run hangs)."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         app(prog_name="latlab")
     except USER_ERRORS as exc:

@@ -7,6 +7,8 @@ Exit status: 0 ok, 1 run error, 2 bad scenario, 130 Ctrl-C, 143 SIGTERM.
 from __future__ import annotations
 
 import argparse
+import faulthandler
+import signal
 import sys
 from pathlib import Path
 
@@ -23,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-trace", action="store_true", help="do not load the tracer")
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
     args = parser.parse_args(argv)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: where it is stuck
     try:
         scenario = load_scenario(args.scenario)
     except ScenarioError as exc:
