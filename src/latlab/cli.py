@@ -156,6 +156,7 @@ def record(
         bool, typer.Option("--print-env", help="Print the variables that load the tracer.")
     ] = False,
     analyze: Annotated[bool, typer.Option(help="Analyse and print the table afterwards.")] = True,
+    wide: Wide = False,
 ) -> None:
     """Run any command with the tracer loaded, like ``perf record -- CMD``.
 
@@ -179,16 +180,12 @@ def record(
             highlight=False, markup=False, soft_wrap=True,
         )  # fmt: skip
     elif analyze:
-        _print_report(out, None)
+        from latlab.pipeline import analyze_run
+        from latlab.report.table import render_summary
+
+        summary, _, _ = analyze_run(out, None)
+        render_summary(summary, console, wide=_wide(wide))
     raise typer.Exit(result.exit_code)
-
-
-def _print_report(run_dir: Path, unit_ms: float | None, **options: bool) -> None:
-    from latlab.pipeline import analyze_run
-    from latlab.report.table import render_summary
-
-    summary, _, _ = analyze_run(run_dir, unit_ms)
-    render_summary(summary, console, **options)
 
 
 @app.command()
