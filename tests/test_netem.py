@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,11 +19,10 @@ import pytest
 from latlab.lab.netem import netem_args, netem_missing, qdisc_commands, tbf_args
 from latlab.lab.netns import Lab, LabError, list_namespaces
 from latlab.lab.scenario import ScenarioError, parse_scenario
+from tests import uml
 from tests.conftest import two_hosts
 
 REPO = Path(__file__).resolve().parents[1]
-UML = shutil.which("linux.uml")
-UML_MODULES = Path("/usr/lib/uml/modules")
 root = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 
 IDLE = "fakesrc ! fakesink"  # the lab tests start no process
@@ -107,42 +104,21 @@ def test_without_netem_auto_uses_the_emulator_and_netem_is_refused() -> None:
     assert not set(names) & set(list_namespaces())
 
 
-def _boot_uml(tmp_path: Path, command: str) -> str:
-    """Boot User-Mode Linux with the host's root file system, run ``command`` (a fixed
-    shell line) in the repo, and return the console output."""
-    init = tmp_path / "init.sh"
-    init.write_text(
-        "#!/bin/sh\n"
-        "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root\n"
-        "mount -t proc proc /proc\nmount -t sysfs sys /sys\n"
-        # namespaces are named under /run: keep the host's own clean
-        "mount -t tmpfs tmpfs /run\nmount -t tmpfs tmpfs /dev/shm\n"
-        f"for ko in $(find {UML_MODULES} -name 'sch_netem.ko*' -o -name 'sch_tbf.ko*'"
-        " -o -name 'veth.ko*'); do insmod $ko; done\n"
-        f"cd {REPO} && {command}\n"
-        "echo latlab-uml-exit $?\n"
-        "echo o > /proc/sysrq-trigger\n",
-        encoding="utf-8",
-    )
-    init.chmod(0o755)
-    argv = [UML, "mem=2G", "rootfstype=hostfs", "rootflags=/", "rw", f"init={init}",
-            "con0=fd:0,fd:1", "con=null"]  # fmt: skip
-    result = subprocess.run(
-        argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300, check=False
-    )
-    return result.stdout
-
-
-uml = pytest.mark.skipif(UML is None, reason="user-mode-linux not installed (scripts/setup.sh)")
+@pytest.fixture(scope="module")
+def uml_guest() -> None:
+    """Skip, naming the probe's reason, where no User-Mode Linux guest with netem can run
+    (tests/uml: a boot probe, run once per host and kept)."""
+    reason = uml.unavailable()
+    if reason is not None:
+        pytest.skip(f"User-Mode Linux with netem cannot run here: {reason}")
 
 
 @pytest.mark.exclusive
 @pytest.mark.e2e
 @root
-@uml
-def test_netem_link_in_a_kernel_that_has_it(tmp_path: Path) -> None:
+def test_netem_link_in_a_kernel_that_has_it(tmp_path: Path, uml_guest: None) -> None:
     out = tmp_path / "seen.json"
-    console = _boot_uml(tmp_path, f"{sys.executable} -m tests.netem_in_uml {out}")
+    console = uml.boot(tmp_path, f"{sys.executable} -m tests.netem_in_uml {out}", timeout=300)
     assert "latlab-uml-exit 0" in console, console[-3000:]
     seen = json.loads(out.read_text(encoding="utf-8"))
     link = seen["link"]
@@ -168,15 +144,14 @@ def test_netem_link_in_a_kernel_that_has_it(tmp_path: Path) -> None:
 @pytest.mark.exclusive
 @pytest.mark.e2e
 @root
-@uml
-def test_shipped_impaired_scenario_runs_over_netem(tmp_path: Path) -> None:
+def test_shipped_impaired_scenario_runs_over_netem(tmp_path: Path, uml_guest: None) -> None:
     """scenarios/l16-impaired.toml (20 ms normal 2 ms, 0.5 % loss), backend netem, 5 s."""
     text = (REPO / "scenarios" / "l16-impaired.toml").read_text(encoding="utf-8")
     text = text.replace("loss_pct = 0.5", 'loss_pct = 0.5\nbackend = "netem"', 1)
     text = text.replace("duration_s = 10", "duration_s = 5", 1)
     scenario, out = tmp_path / "l16-netem.toml", tmp_path / "run"
     scenario.write_text(text, encoding="utf-8")
-    console = _boot_uml(tmp_path, f"./latlab run {scenario} --out {out}")
+    console = uml.boot(tmp_path, f"./latlab run {scenario} --out {out}", timeout=300)
     assert "latlab-uml-exit 0" in console, console[-3000:]
     link = json.loads((out / "run.json").read_text(encoding="utf-8"))["links"][0]
     assert link["backend"] == "netem" and link["log"] is None
@@ -186,5 +161,35 @@ def test_shipped_impaired_scenario_runs_over_netem(tmp_path: Path) -> None:
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     stream = summary["streams"][0]
     network = {s["to"]: s for s in stream["segments"]}["receiver/udpsrc0:src"]
-    # netem's 20 ms (median of a normal jitter) plus the host stack, in a slow kernel
-    assert 19.5 <= network["p50_ms"] <= 30.0, network["p50_ms"]
+    # netem's 20 ms (median of a normal jitter) is there. No upper bound: UML runs every
+    # guest process on one host thread, each syscall through ptrace, and the receiver
+    # falls behind real time (network p50 448, 454.7 and 469 ms in three runs of this
+    # test, the receiver at 84 % CPU); ping asserts netem's delay precisely above.
+    assert network["p50_ms"] >= 19.5, network["p50_ms"]
+
+
+PANIC = """\
+Linux version 6.1.0-... (uml)
+userspace - ptrace set fp regs failed, errno = 14
+Kernel panic - not syncing: Attempted to kill init! exitcode=0x0000000b
+ [<606931e5>] panic+0x197/0x376
+"""
+
+
+def test_a_failed_guest_boot_is_named_by_its_first_failure_lines() -> None:
+    assert uml.failure_reason(PANIC) == (
+        "userspace - ptrace set fp regs failed, errno = 14; "
+        "Kernel panic - not syncing: Attempted to kill init! exitcode=0x0000000b"
+    )
+    assert uml.failure_reason("") == "the guest printed no reason: no output"
+
+
+@pytest.mark.e2e
+@root
+def test_the_probe_names_why_uml_cannot_run(uml_guest: None) -> None:
+    """On a host whose XSAVE size UML's register writes cannot meet (AMX), every guest
+    panics at boot; simulated here by failing those writes with EFAULT, as such a host's
+    kernel does (tests/uml/seccomp_xstate.py), the probe says why."""
+    wrapper = (sys.executable, str(uml.HERE / "seccomp_xstate.py"), "efault-set")
+    reason = uml.probe(wrapper=wrapper)
+    assert reason is not None and "ptrace set fp regs failed, errno = 14" in reason, reason
