@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from latlab.errors import FAILED
 from latlab.lab.netns import list_namespaces
 from tests.conftest import two_hosts
 
@@ -48,7 +49,7 @@ def run_cli(tmp_path: Path, text: str) -> tuple[str, Path]:
         env={**os.environ, "COLUMNS": "200"},
     ) as proc:
         stdout, stderr = proc.communicate(timeout=120)
-    assert proc.returncode == 2, stderr
+    assert proc.returncode == FAILED, stderr  # the measurement failed (docs/exit-codes.md)
     assert "Traceback" not in stdout + stderr
     lines = [line for line in stderr.splitlines() if line.strip()]
     assert len(lines) == 1, stderr

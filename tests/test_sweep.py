@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from latlab.lab.scenario import Scenario, ScenarioError, parse_scenario
+from latlab.errors import UserInputError
 from latlab.lab.sweep import expand_sweep, load_sweep, run_sweep, to_toml
 from latlab.report.sweep_table import comparison_table
 from tests.conftest import L16_CAPS, LATLAB, stop_budget_s, two_hosts
@@ -339,7 +340,7 @@ def test_ctrl_c_keeps_finished_points_and_sweep_json(tmp_path: Path) -> None:
 def _point_status(out: Path, index: int) -> str | None:
     try:
         return load_sweep(out)["points"][index]["status"]
-    except (OSError, ValueError):
+    except UserInputError:
         return None
 
 

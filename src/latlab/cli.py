@@ -6,6 +6,7 @@ import faulthandler
 import json
 import signal
 import sys
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -16,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from latlab.errors import USER_ERRORS
+from latlab.errors import INTERNAL, INTERRUPTED, TERMINATED, LatlabError, UserInputError
 from latlab.lab.scenario import Scenario
 from latlab.lab.signals import Terminated
 
@@ -128,11 +129,7 @@ def _report_sweep(sweep_dir: Path, as_json: bool, wide: bool = False) -> None:
     from latlab.lab.sweep import load_sweep
     from latlab.report.sweep_table import render_sweep
 
-    try:
-        sweep = load_sweep(sweep_dir)
-    except ValueError as exc:
-        err_console.print(f"latlab: error: {exc}", highlight=False, markup=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+    sweep = load_sweep(sweep_dir)
     if as_json:
         sys.stdout.write(json.dumps(sweep, indent=1) + "\n")
         return
@@ -170,7 +167,9 @@ def record(
         console.print(env_lines(out), highlight=False, markup=False, soft_wrap=True)
         return
     if not command:
-        raise typer.BadParameter("give the command to record after --", param_hint="COMMAND")
+        raise UserInputError(
+            "record: give the command to record after --, e.g. latlab record -- gst-launch-1.0 ..."
+        )
     result = record_process(list(command), out, process_name=name)
     if analyze and result.still_running:
         others = ", ".join(result.still_running)
@@ -212,16 +211,13 @@ def report(
     from latlab.report.table import render_summary
 
     if not run_dir.is_dir():
-        raise typer.BadParameter(f"{run_dir}: no such run directory", param_hint="RUN_DIR")
+        raise UserInputError(f"{run_dir}: no such run directory")
     if out is not None and not html:
-        raise typer.BadParameter(f"{out}: an output file is only for --html", param_hint="OUT")
+        raise UserInputError(f"{out}: an output file is only for --html")
     if html:
-        from latlab.report.html import ReportError, report_html
+        from latlab.report.html import report_html
 
-        try:
-            written = report_html(run_dir, out, unit_ms)
-        except ReportError as exc:
-            raise _report_input_error(exc) from None
+        written = report_html(run_dir, out, unit_ms)
         console.print(f"report: {written}", highlight=False)
         summary_file = run_dir / "summary.json"
         if summary_file.is_file():
@@ -238,12 +234,6 @@ def report(
     _fail_on_black_box_error(summary)
 
 
-def _report_input_error(exc: ValueError) -> typer.Exit:
-    """A mistake in what a report command was given: one line, exit 2."""
-    err_console.print(f"latlab: error: {exc}", highlight=False, markup=False, soft_wrap=True)
-    return typer.Exit(2)
-
-
 @app.command()
 def export(
     run_dir: Annotated[str, typer.Argument(help="Run directory (or SWEEPDIR:POINT).")],
@@ -257,12 +247,9 @@ def export(
     from latlab.report.compare import ReportInputError, resolve_run
     from latlab.report.perfetto import export_perfetto
 
-    try:
-        if perfetto is None:
-            raise ReportInputError("export: give the trace to write, e.g. --perfetto OUT.json")
-        run = resolve_run(run_dir)
-    except ReportInputError as exc:
-        raise _report_input_error(exc) from None
+    if perfetto is None:
+        raise ReportInputError("export: give the trace to write, e.g. --perfetto OUT.json")
+    run = resolve_run(run_dir)
     result = export_perfetto(run.path, perfetto, unit_ms)
     console.print(
         f"{result.path}: {result.slices} slices of {result.units} units in {result.streams} "
@@ -296,21 +283,18 @@ def compare(
     wide: Wide = False,
 ) -> None:
     """B - A per segment and end to end at p50, p99 and mean, with bootstrap intervals."""
-    from latlab.report.compare import ReportInputError, compare_runs, render_comparison
+    from latlab.report.compare import compare_runs, render_comparison
 
-    try:
-        with _status_line("comparing") as report:
-            result = compare_runs(
-                a,
-                b,
-                unit_ms=unit_ms,
-                resamples=resamples,
-                confidence=confidence,
-                seed=seed,
-                report=report,
-            )
-    except ReportInputError as exc:
-        raise _report_input_error(exc) from None
+    with _status_line("comparing") as report:
+        result = compare_runs(
+            a,
+            b,
+            unit_ms=unit_ms,
+            resamples=resamples,
+            confidence=confidence,
+            seed=seed,
+            report=report,
+        )
     if as_json:
         sys.stdout.write(json.dumps(result.to_json(), indent=1) + "\n")
         return
@@ -335,15 +319,12 @@ def check(
     """Latency budgets for CI: exit 1 naming the budgets exceeded, 2 on a bad budget."""
     from latlab.pipeline import analyze_run
     from latlab.report.budget import check_budgets, failures_line, parse_budget, render_check
-    from latlab.report.compare import ReportInputError, resolve_run
+    from latlab.report.compare import resolve_run
 
-    try:
-        budgets = [parse_budget(text) for text in budget]
-        run = resolve_run(run_dir)
-        _, _, streams = analyze_run(run.path, unit_ms, write=False)
-        results = check_budgets(budgets, streams)
-    except ReportInputError as exc:
-        raise _report_input_error(exc) from None
+    budgets = [parse_budget(text) for text in budget]
+    run = resolve_run(run_dir)
+    _, _, streams = analyze_run(run.path, unit_ms, write=False)
+    results = check_budgets(budgets, streams)
     if as_json:
         sys.stdout.write(json.dumps([r.to_json() for r in results], indent=1) + "\n")
     else:
@@ -412,7 +393,7 @@ def lab_exec(
     try:
         os.execvp(argv[0], argv)
     except OSError as exc:
-        raise typer.BadParameter(f"cannot run {argv[0]}: {exc.strerror}") from None
+        raise UserInputError(f"{argv[0]}: cannot run: {exc.strerror}") from None
 
 
 @lab_app.command("down")
@@ -437,11 +418,6 @@ signal_app = typer.Typer(
 app.add_typer(signal_app, name="signal")
 
 
-def _signal_error(exc: Exception) -> typer.Exit:
-    err_console.print(f"latlab: error: {exc}", highlight=False, markup=False, soft_wrap=True)
-    return typer.Exit(2)
-
-
 @signal_app.command("generate")
 def signal_generate(
     out: Annotated[Path, typer.Option("--out", "-o", help="WAV file to write.")],
@@ -455,13 +431,9 @@ def signal_generate(
 ) -> None:
     """Write test audio carrying time codes, and OUT.codes.json (index, reference instant)."""
     from latlab.signal.commands import GenerateOptions, codes_path, generate_file
-    from latlab.signal.errors import SignalError
 
     options = GenerateOptions(out, duration, rate, interval_ms, start_ms, level_dbfs, mix, mix_db)
-    try:
-        document = generate_file(options)
-    except SignalError as exc:
-        raise _signal_error(exc) from None
+    document = generate_file(options)
     console.print(
         f"{out}: {len(document['codes'])} codes every {interval_ms:g} ms at {rate} Hz; "
         f"codes: {codes_path(out)}",
@@ -484,12 +456,8 @@ def signal_decode(
 ) -> None:
     """Find every time code in a recording: index, reference instant, confidence."""
     from latlab.signal.commands import decode_file, render_decoded
-    from latlab.signal.errors import SignalError
 
-    try:
-        document = decode_file(recording, channel, allow_clipped, codes)
-    except SignalError as exc:
-        raise _signal_error(exc) from None
+    document = decode_file(recording, channel, allow_clipped, codes)
     if as_json:
         sys.stdout.write(json.dumps(document) + "\n")
         return
@@ -509,34 +477,58 @@ def signal_compare(
     """Latency over time by windowed cross-correlation, disruptions (steps, dropouts,
     distortions) and PESQ of a recording against the audio that was sent."""
     from latlab.signal.commands import compare_files, render_comparison
-    from latlab.signal.errors import SignalError
 
-    try:
-        document = compare_files(
-            sent, received, window_ms=window_ms, hop_ms=hop_ms,
-            max_latency_ms=max_latency_ms, with_pesq=pesq,
-        )  # fmt: skip
-    except SignalError as exc:
-        raise _signal_error(exc) from None
+    document = compare_files(
+        sent, received, window_ms=window_ms, hop_ms=hop_ms,
+        max_latency_ms=max_latency_ms, with_pesq=pesq,
+    )  # fmt: skip
     if as_json:
         sys.stdout.write(json.dumps(document) + "\n")
         return
     render_comparison(document, console)
 
 
+_DEBUG = {"on": False}
+
+
+@app.callback()
+def _options(
+    debug: Annotated[
+        bool,
+        typer.Option("--debug", help="On an internal error, print the whole traceback."),
+    ] = False,
+) -> None:
+    """Where does my end-to-end latency go? Per-stage latency distributions of real-time
+    media. Exit codes: docs/exit-codes.md."""
+    _DEBUG["on"] = debug
+
+
+def _error_line(text: str) -> None:
+    err_console.print(f"latlab: {text}", highlight=False, markup=False, soft_wrap=True)
+
+
 def main() -> None:
-    """Entry point: user mistakes become one line on stderr and a non-zero exit.
+    """Entry point: every error becomes one line on stderr and its exit code
+    (latlab.errors); a bug prints its traceback only with ``--debug``.
 
     ``kill -USR1 PID`` prints every thread's Python stack to stderr (where a run hangs)."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         app(prog_name="latlab")
-    except USER_ERRORS as exc:
-        err_console.print(f"latlab: error: {exc}", highlight=False, markup=False, soft_wrap=True)
-        sys.exit(2)
+    except LatlabError as exc:
+        _error_line(f"error: {exc}")
+        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        err_console.print("latlab: interrupted", highlight=False)
-        sys.exit(130)
+        _error_line("interrupted")
+        sys.exit(INTERRUPTED)
     except Terminated:
-        err_console.print("latlab: terminated", highlight=False)
-        sys.exit(143)
+        _error_line("terminated")
+        sys.exit(TERMINATED)
+    except Exception as exc:  # a bug: say so in one line, the traceback with --debug
+        if _DEBUG["on"]:
+            traceback.print_exc()
+        _error_line(
+            f"internal error: {type(exc).__name__}: {exc} (a bug in latlab; "
+            "run again with --debug for the traceback and report it)"
+        )
+        sys.exit(INTERNAL)

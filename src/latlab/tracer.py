@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from latlab.errors import EnvironmentProblem
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_DIR = REPO_ROOT / "tracer" / "target" / "release"
 PLUGIN_FILE = PLUGIN_DIR / "libgstlatlab.so"
 
 
-class TracerNotBuilt(RuntimeError):
+class TracerNotBuilt(EnvironmentProblem, RuntimeError):
     """The tracer plugin has not been built (run the set-up command from the README)."""
 
 

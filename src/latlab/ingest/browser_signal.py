@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from latlab.errors import UserInputError
 from latlab.ingest.browser_records import clock_offset, parse_lines
 from latlab.ingest.chrome_trace import ChromeSlices
 from latlab.signal.wavio import write_wav
@@ -40,7 +41,7 @@ CAPTURE_PERIOD_S = 0.01
 MAX_GAP_S = 5.0
 
 
-class BrowserSignalError(ValueError):
+class BrowserSignalError(UserInputError, ValueError):
     """A browser end's records cannot be used; ``str()`` names the file and the problem."""
 
 

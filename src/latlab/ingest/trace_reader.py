@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from latlab.errors import UserInputError
 from latlab.ingest.trace_format import (
     EVENT_DTYPE,
     HEADER_DTYPE,
@@ -30,7 +31,7 @@ from latlab.ingest.trace_format import (
 )
 
 
-class TraceError(Exception):
+class TraceError(UserInputError):
     """A trace file that cannot be used at all; ``str()`` is one line naming the file."""
 
 

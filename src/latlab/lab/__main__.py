@@ -1,7 +1,8 @@
 """``python -m latlab.lab SCENARIO OUT_DIR [--no-trace] [--no-progress]``: run one scenario.
 
 A minimal entry point for scripts and tests; the user-facing command is ``latlab run``.
-Exit status: 0 ok, 1 run error, 2 bad scenario, 130 Ctrl-C, 143 SIGTERM.
+Exit status: as ``latlab`` (docs/exit-codes.md): 0 ok, 1 the run failed, 2 bad input,
+3 the machine cannot, 130 Ctrl-C, 143 SIGTERM.
 """
 
 from __future__ import annotations
@@ -12,9 +13,9 @@ import signal
 import sys
 from pathlib import Path
 
-from latlab.lab.runner import RunError, run_scenario
-from latlab.lab.scenario import ScenarioError, load_scenario
-from latlab.tracer import TracerNotBuilt
+from latlab.errors import INTERRUPTED, LatlabError
+from latlab.lab.runner import run_scenario
+from latlab.lab.scenario import load_scenario
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,19 +29,15 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: where it is stuck
     try:
         scenario = load_scenario(args.scenario)
-    except ScenarioError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    try:
         result = run_scenario(
             scenario, args.out_dir, trace=not args.no_trace, progress=not args.no_progress
         )
-    except (RunError, TracerNotBuilt, FileExistsError) as exc:
+    except LatlabError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     print(f"run dir: {result.out_dir} ({len(result.trace_files)} trace files)")
     return 0
 

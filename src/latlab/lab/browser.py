@@ -44,6 +44,7 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import urlencode
 
+from latlab.errors import MeasurementError
 from latlab.ingest.chrome_trace import chrome_trace_path
 from latlab.lab.netns import Lab, LabError, delete_namespace, ip, namespace_name
 from latlab.lab.process import STOP_STEPS as PIPELINE_STOP_STEPS
@@ -98,7 +99,7 @@ _LINE_MAX = 160
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
-class BrowserError(RuntimeError):
+class BrowserError(MeasurementError, RuntimeError):
     """A browser or the page server failed; ``str()`` is one line naming it."""
 
 

@@ -40,6 +40,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from latlab.errors import MeasurementError
 from latlab.lab.netns import pid_alive
 from latlab.lab.scenario import Device
 
@@ -58,7 +59,7 @@ SERVER_PROGRAMS = {"jack": "jackd", "pulse": "pulseaudio", "pulse-clock": "pacat
 ExecArgv = Callable[[str, Sequence[str]], list[str]]
 
 
-class DeviceError(RuntimeError):
+class DeviceError(MeasurementError, RuntimeError):
     """An audio device failed to start, or its server died; ``str()`` is one line."""
 
 

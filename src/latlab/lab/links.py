@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from latlab.errors import MeasurementError
 from latlab.lab.process import ChildProcess, failure_line
 from latlab.lab.scenario import BACKEND_EMULATOR
 
@@ -49,7 +50,7 @@ STOP_STEPS: tuple[tuple[signal.Signals, str, float | None], ...] = (
 OFFLOADS = ("rx", "off", "tx", "off", "tso", "off", "gso", "off", "gro", "off")
 
 
-class LinkError(RuntimeError):
+class LinkError(MeasurementError, RuntimeError):
     """An emulated link failed to start or died; ``str()`` is one line naming the link."""
 
 

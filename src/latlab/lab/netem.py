@@ -24,6 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from latlab.errors import MeasurementError
 from latlab.lab.process import failure_line
 
 BACKEND_NETEM = "netem"
@@ -46,7 +47,7 @@ DEFAULTS: dict[str, Any] = {  # latlab-linkemu's defaults (Impairment::default)
 }
 
 
-class NetemError(RuntimeError):
+class NetemError(MeasurementError, RuntimeError):
     """tc refused a netem link; ``str()`` is one line naming the link and tc's reason."""
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from latlab.errors import MeasurementError
 from latlab.lab import links as emulated
 from latlab.lab import netem
 from latlab.lab.process import failure_line
@@ -51,7 +52,7 @@ LOOPBACK = "127.0.0.1"
 STANDING_OWNER = 0
 
 
-class LabError(RuntimeError):
+class LabError(MeasurementError, RuntimeError):
     """Setting up or tearing down the lab failed; ``str()`` is one line."""
 
 

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from latlab.errors import MeasurementError
 from latlab.ingest.browser_signal import DELIVERY_TIMING, write_timing_log
 from latlab.lab.rig_cli import rig_parser, run_rig
 
@@ -49,7 +50,7 @@ STREAM_PLAYBACK, STREAM_RECORD = 1, 2
 DEFAULT = 0xFFFFFFFF  # (uint32_t) -1: the server's choice
 
 
-class RigError(RuntimeError):
+class RigError(MeasurementError, RuntimeError):
     """The rig cannot run; ``str()`` is one line."""
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from latlab.errors import UserInputError
 from latlab.lab import rundir
 from latlab.tracer import tracer_env
 
@@ -36,7 +37,7 @@ NAME_RULE = "letters, digits, '.', '_', '-', not starting with '.', '_' or '-'; 
 STOPPED_BY = {signal.SIGINT: "sigint", signal.SIGTERM: "sigterm"}
 
 
-class RecordError(RuntimeError):
+class RecordError(UserInputError, RuntimeError):
     """The command could not be recorded (its name or run directory refused, or it could
     not be started); ``str()`` is one line."""
 

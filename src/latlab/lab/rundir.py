@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import latlab
+from latlab.errors import DirectoryNotEmpty
 
 RUN_SCHEMA = "latlab.run/1"
 ENV_SCHEMA = "latlab.env/1"
@@ -80,7 +81,7 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 def prepare(out_dir: Path) -> None:
     """Create ``out_dir`` with ``traces/`` and ``logs/``; refuse a non-empty existing dir."""
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise FileExistsError(f"{out_dir}: run directory exists and is not empty")
+        raise DirectoryNotEmpty(f"{out_dir}: run directory exists and is not empty")
     make_layout(out_dir)
 
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from latlab.errors import MeasurementError
 from latlab.ingest.trace_format import Kind
 from latlab.ingest.trace_reader import TraceError, open_trace
 from latlab.lab import rundir
@@ -58,7 +59,7 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 LATLAB_PROGRAMS = {"latlab-kuprobe": REPO_ROOT / "kuprobe/target/release/latlab-kuprobe"}
 
 
-class RunError(RuntimeError):
+class RunError(MeasurementError, RuntimeError):
     """A run failed; ``str()`` is one line naming the process and the cause."""
 
 

@@ -50,6 +50,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from latlab.errors import UserInputError
 from latlab.lab.sched import SchedPolicy, parse_sched
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -130,7 +131,7 @@ SIGNAL_PLACEHOLDERS = {ref: "identity" for ref in SIGNAL_REFS.values()}
 """The pipeline fragment a GStreamer end of ``[signal]`` holds (``${signal.source}``...)."""
 
 
-class ScenarioError(ValueError):
+class ScenarioError(UserInputError, ValueError):
     """A scenario file is invalid; ``str()`` is one line: ``FILE: WHERE: PROBLEM``."""
 
 

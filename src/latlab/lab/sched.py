@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from latlab.errors import MeasurementError
+
 SCHED_DEADLINE = 6
 POLICY_NAMES = {
     os.SCHED_OTHER: "other",
@@ -48,7 +50,7 @@ SETTLE_TIMEOUT_S = 3.0
 SCHED_FORMS = '"other", "rr:PRIO", "fifo:PRIO" or "deadline:RUNTIME_US/DEADLINE_US/PERIOD_US"'
 
 
-class SchedError(RuntimeError):
+class SchedError(MeasurementError, RuntimeError):
     """Applying or reading a scheduling policy failed; ``str()`` is one line."""
 
 

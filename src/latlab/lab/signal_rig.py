@@ -33,6 +33,7 @@ from latlab.analysis.blackbox import (
     SINK_ELEMENT,
     SOURCE_ELEMENT,
 )
+from latlab.errors import MeasurementError
 from latlab.ingest.browser_signal import BrowserSignalError, capture_timing, write_recording
 from latlab.ingest.chrome_trace import find_chrome_trace, read_chrome_trace
 from latlab.ingest.trace_reader import TraceError
@@ -50,7 +51,7 @@ RECORD_MARGIN_S = 30.0
 ExecArgv = Callable[[str, Sequence[str]], list[str]]
 
 
-class SignalRigError(RuntimeError):
+class SignalRigError(MeasurementError, RuntimeError):
     """The rig could not start, or its browser ends could not be collected; ``str()`` is
     one line naming the rig or file and the cause."""
 

@@ -20,6 +20,7 @@ from typing import Any
 from rich.console import Console
 
 from latlab.analysis.residual import residual_figures
+from latlab.errors import DirectoryNotEmpty, UserInputError
 from latlab.lab import rundir
 from latlab.lab.runner import run_scenario
 from latlab.lab.scenario import Analysis, Scenario, ScenarioError, parse_scenario, point_name
@@ -248,7 +249,7 @@ def _one_line(exc: BaseException) -> str:
 def _prepare(scenario: Scenario, out_dir: Path) -> None:
     """Create the sweep directory (refusing a non-empty one) with the scenario and env.json."""
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
-        raise FileExistsError(f"{out_dir}: sweep directory exists and is not empty")
+        raise DirectoryNotEmpty(f"{out_dir}: sweep directory exists and is not empty")
     (out_dir / POINTS_DIR).mkdir(parents=True, exist_ok=True)
     source = Path(scenario.source)
     if source.is_file():
@@ -290,15 +291,17 @@ def _write(out_dir: Path, state: dict[str, Any]) -> None:
 
 
 def load_sweep(out_dir: Path) -> dict[str, Any]:
-    """sweep.json of a sweep directory (FileNotFoundError / ValueError when unusable)."""
+    """sweep.json of a sweep directory (UserInputError naming the file when unusable)."""
     path = Path(out_dir) / SWEEP_FILE
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{path}: not valid JSON: {exc}") from None
+    except OSError as exc:
+        raise UserInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise UserInputError(f"{path}: not valid JSON: {exc}") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         found = data.get("schema") if isinstance(data, dict) else None
-        raise ValueError(f"{path}: unknown schema {found!r} (expected {SCHEMA})")
+        raise UserInputError(f"{path}: unknown schema {found!r} (expected {SCHEMA})")
     return data
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from latlab.analysis.segments import StreamAnalysis
+from latlab.errors import UserInputError
 from latlab.ingest.workers import parallel_map
 
 SCHEMA = "latlab.compare/1"
@@ -48,7 +49,7 @@ def _quiet(_text: str) -> None:
     """A ``report`` that says nothing."""
 
 
-class ReportInputError(ValueError):
+class ReportInputError(UserInputError, ValueError):
     """A mistake in what the user gave a report command (one line, exit 2)."""
 
 
@@ -84,10 +85,7 @@ def resolve_run(spec: str) -> RunInput:
 def _sweep_points(sweep_dir: Path) -> list[dict[str, Any]]:
     from latlab.lab.sweep import load_sweep
 
-    try:
-        return list(load_sweep(sweep_dir).get("points", []))
-    except ValueError as exc:
-        raise ReportInputError(str(exc)) from None
+    return list(load_sweep(sweep_dir).get("points", []))
 
 
 def _sweep_point(sweep_dir: Path, point: str, spec: str) -> RunInput:

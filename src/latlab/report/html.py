@@ -16,6 +16,7 @@ from typing import Any
 
 from latlab import __version__
 from latlab.analysis.segments import StreamAnalysis
+from latlab.errors import UserInputError
 from latlab.report.blackbox import ROWS as BLACKBOX_ROWS
 from latlab.report.blackbox import span_text
 from latlab.report.findings import Finding
@@ -332,7 +333,7 @@ def sweep_html(sweep: dict[str, Any], composite: dict[str, Any] | None = None) -
     return page(f"latlab sweep: {model['name']}", subtitle, body, model)
 
 
-class ReportError(ValueError):
+class ReportError(UserInputError, ValueError):
     """A report that cannot be made from what was given (shown as one line)."""
 
 
@@ -354,10 +355,7 @@ def report_html(run_dir: Path, out: Path | None, unit_ms: float | None = None) -
 
     target = out or run_dir / REPORT_FILE
     if (run_dir / "sweep.json").is_file():
-        try:
-            sweep = load_sweep(run_dir)
-        except ValueError as exc:
-            raise ReportError(str(exc)) from None
+        sweep = load_sweep(run_dir)
         return write_html(sweep_html(sweep, composite(run_dir, sweep)), target)
     summary, _, streams = analyze_run(run_dir, unit_ms)
     return write_html(run_html(run_dir, run_metadata(run_dir), summary, streams), target)

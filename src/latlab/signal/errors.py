@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from latlab.errors import UserInputError
 
-class SignalError(ValueError):
+
+class SignalError(UserInputError, ValueError):
     """A recording or an option ``latlab signal`` cannot use; the message names the file."""
