@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from latlab.lab.scenario import Scenario, ScenarioError, parse_scenario
 from latlab.errors import UserInputError
+from latlab.lab.scenario import Scenario, ScenarioError, parse_scenario
 from latlab.lab.sweep import expand_sweep, load_sweep, run_sweep, to_toml
 from latlab.report.sweep_table import comparison_table
 from tests.conftest import L16_CAPS, LATLAB, stop_budget_s, two_hosts

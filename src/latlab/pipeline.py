@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import tomllib
 from contextlib import suppress
 from pathlib import Path
@@ -21,6 +20,7 @@ from latlab.ingest.link_events import read_link_logs
 from latlab.ingest.link_log import LinkLog, traffic_summary
 from latlab.lab.resources import RESOURCES_FILE, summarize_resources
 from latlab.report.summary import build_summary, write_summary
+from latlab.rundir import read_run
 
 SUMMARY_FILE = "summary.json"
 EVENTS_FILE = "events.parquet"
@@ -29,8 +29,7 @@ ELEMENT_STATS_FILE = "element-stats.parquet"
 
 def run_metadata(run_dir: Path) -> dict[str, Any]:
     """run.json of a run directory (plus the scenario's unit), or a stand-in for bare traces."""
-    meta_path = run_dir / "run.json"
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {"name": run_dir.name}
+    meta = read_run(run_dir) or {"name": run_dir.name}
     scenario_path = run_dir / "scenario.toml"
     if "unit_ms" not in meta and scenario_path.is_file():
         with suppress(tomllib.TOMLDecodeError, OSError, ValueError, TypeError):

@@ -31,6 +31,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from latlab.errors import UserInputError
 from latlab.lab import rundir
 from latlab.lab.netns import (
     STANDING_OWNER,
@@ -48,6 +49,11 @@ from latlab.lab.signals import signals_deferred, sigterm_raises
 STATE_SCHEMA = "latlab.lab/1"
 STATE_FILE = "lab.json"
 STOP_GRACE_S = 3.0
+
+
+class StandingLabError(UserInputError):
+    """A standing-lab command that cannot be done as asked (no lab is up, one is already
+    up, an unknown host, a missing command): one line, exit 2."""
 
 
 def state_dir() -> Path:
@@ -75,7 +81,7 @@ def read_state() -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise LabError(f"{path}: unreadable lab state ({exc}); remove it") from None
+        raise StandingLabError(f"{path}: unreadable lab state ({exc}); remove it") from None
     existing = set(list_namespaces())
     if not any(ns in existing for ns in state.get("namespaces", [])):
         path.unlink(missing_ok=True)
@@ -87,7 +93,7 @@ def require_state() -> dict[str, Any]:
     """The standing lab's state; LabError when none is up."""
     state = read_state()
     if state is None:
-        raise LabError("no lab is up (start one: latlab lab up SCENARIO)")
+        raise StandingLabError("no lab is up (start one: latlab lab up SCENARIO)")
     return state
 
 
@@ -95,7 +101,7 @@ def lab_up(scenario_file: Path, out_dir: Path | None = None) -> dict[str, Any]:
     """Create the scenario's hosts and links and leave them up; returns the state."""
     current = read_state()
     if current is not None:
-        raise LabError(
+        raise StandingLabError(
             f"a lab is already up ({current['scenario']}, hosts: "
             f"{', '.join(current['hosts'])}); remove it first: latlab lab down"
         )
@@ -124,7 +130,7 @@ def _refuse_netem_schedules(lab: Lab) -> None:
     to apply the changes (latlab-linkemu applies its own)."""
     for index, link in lab.netem_links.items():
         if link.config.get("schedule"):
-            raise LabError(
+            raise StandingLabError(
                 f"links[{index}] ({link.name}): a standing lab cannot follow a schedule "
                 'through netem; use backend = "latlab-linkemu" for this link'
             )
@@ -180,9 +186,11 @@ def exec_argv(host: str, command: list[str]) -> list[str]:
     state = require_state()
     hosts = state["hosts"]
     if host not in hosts:
-        raise LabError(f"unknown host '{host}' (hosts: {', '.join(sorted(hosts))})")
+        raise StandingLabError(f"unknown host '{host}' (hosts: {', '.join(sorted(hosts))})")
     if not command:
-        raise LabError("give the command to run after --, e.g. latlab lab exec HOST -- ping ...")
+        raise StandingLabError(
+            "give the command to run after --, e.g. latlab lab exec HOST -- ping ..."
+        )
     return ["ip", "netns", "exec", hosts[host]["namespace"], *command]
 
 

@@ -1,0 +1,50 @@
+"""The run directory: what a run directory holds, and reading its JSON documents.
+
+The run directory is the contract between the lab (which writes it) and ingest, stitch,
+analysis and reports (which read it); docs/run-dir.md documents the layout. This module
+sits at the bottom of the package beside :mod:`latlab.errors` and imports nothing else of
+latlab's, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from latlab.errors import UserInputError
+
+RUN_SCHEMA = "latlab.run/1"
+ENV_SCHEMA = "latlab.env/1"
+SUMMARY_SCHEMA = "latlab.summary/1"
+SWEEP_SCHEMA = "latlab.sweep/1"
+
+RUN_FILE = "run.json"
+
+
+class RunDirError(UserInputError, ValueError):
+    """A run directory, or a file in it, that latlab cannot use: ``str()`` names the file."""
+
+
+def read_json(path: Path, schema: str | None = None) -> dict[str, Any]:
+    """A JSON document of a run directory; with ``schema``, one whose ``schema`` names that
+    format and major version (a document without ``schema`` is taken as written before
+    latlab named them). Raises RunDirError naming the file."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RunDirError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RunDirError(f"{path}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise RunDirError(f"{path}: not a JSON object")
+    found = data.get("schema")
+    if schema is not None and found is not None and found != schema:
+        raise RunDirError(f"{path}: unknown schema {found!r} (this latlab reads {schema})")
+    return data
+
+
+def read_run(run_dir: Path) -> dict[str, Any] | None:
+    """run.json of ``run_dir``; None where there is none (a directory of bare traces)."""
+    path = Path(run_dir) / RUN_FILE
+    return read_json(path, RUN_SCHEMA) if path.is_file() else None
