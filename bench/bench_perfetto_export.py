@@ -21,8 +21,9 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from latlab.pipeline import EVENTS_FILE, analyze_run, run_metadata
+from latlab.pipeline import analysis_of
 from latlab.report.perfetto import write_perfetto
+from latlab.rundir import EVENTS_FILE
 from latlab.synthetic import SyntheticRtpAudio, make_rtp_audio_run
 
 REPEATS = 3
@@ -47,13 +48,17 @@ def main() -> None:
         params = SyntheticRtpAudio(units=args.units, loss=0.001, network_jitter=500_000)
         make_rtp_audio_run(run_dir, params)
         start = time.perf_counter()
-        _, table, streams = analyze_run(run_dir)  # writes events.parquet: the anchor's input
+        run = analysis_of(run_dir, reuse=False)  # writes events.parquet: the anchor's input
         analysis = time.perf_counter() - start
+        table, streams = run.table, run.streams
         anchor = _best(lambda: pq.read_table(run_dir / EVENTS_FILE))
         out = Path(tmp) / "trace.json"
-        meta = run_metadata(run_dir)
         results = []
-        export = _best(lambda: results.append(write_perfetto(streams, table, meta, out)))
+        export = _best(
+            lambda: results.append(
+                write_perfetto(streams, run.processes, run.threads, run.meta, out)
+            )
+        )
         result = results[-1]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     units = max(result.units, 1)

@@ -73,7 +73,7 @@ def run(
     """
     from latlab.lab.runner import run_scenario
     from latlab.lab.scenario import load_scenario
-    from latlab.pipeline import analyze_run
+    from latlab.pipeline import summary_of
     from latlab.report.table import render_summary
 
     spec = load_scenario(scenario)
@@ -88,7 +88,7 @@ def run(
     except (KeyboardInterrupt, Terminated):
         err_console.print(f"latlab: stopped; traces so far are in {out} (latlab report {out})")
         raise
-    summary, _, _ = analyze_run(out, unit_ms or spec.analysis.unit_ms)
+    summary = summary_of(out, unit_ms or spec.analysis.unit_ms)
     render_summary(summary, console, wide=_wide(wide))
     console.print(f"[dim]summary: {out / 'summary.json'}[/dim]")
     _fail_on_black_box_error(summary)
@@ -179,10 +179,10 @@ def record(
             highlight=False, markup=False, soft_wrap=True,
         )  # fmt: skip
     elif analyze:
-        from latlab.pipeline import analyze_run
+        from latlab.pipeline import summary_of
         from latlab.report.table import render_summary
 
-        summary, _, _ = analyze_run(out, None)
+        summary = summary_of(out)
         render_summary(summary, console, wide=_wide(wide))
     raise typer.Exit(result.exit_code)
 
@@ -206,8 +206,11 @@ def report(
     ] = None,
     wide: Wide = False,
 ) -> None:
-    """Per-stage tables from the stored traces of a run; the comparison table of a sweep."""
-    from latlab.pipeline import analyze_run
+    """Per-stage tables from the stored traces of a run; the comparison table of a sweep.
+
+    A run analysed before is read from its stored analysis while its traces and latlab's
+    analysis are unchanged; otherwise it is analysed now (and stored)."""
+    from latlab.pipeline import summary_of
     from latlab.report.table import render_summary
 
     if not run_dir.is_dir():
@@ -226,7 +229,7 @@ def report(
     if (run_dir / "sweep.json").is_file():
         _report_sweep(run_dir, as_json, _wide(wide))
         return
-    summary, _, _ = analyze_run(run_dir, unit_ms)
+    summary = summary_of(run_dir, unit_ms)
     if as_json:
         sys.stdout.write(json.dumps(summary, indent=1) + "\n")
         return
@@ -317,14 +320,13 @@ def check(
     wide: Wide = False,
 ) -> None:
     """Latency budgets for CI: exit 1 naming the budgets exceeded, 2 on a bad budget."""
-    from latlab.pipeline import analyze_run
+    from latlab.pipeline import analysis_of
     from latlab.report.budget import check_budgets, failures_line, parse_budget, render_check
     from latlab.report.compare import resolve_run
 
     budgets = [parse_budget(text) for text in budget]
     run = resolve_run(run_dir)
-    _, _, streams = analyze_run(run.path, unit_ms, write=False)
-    results = check_budgets(budgets, streams)
+    results = check_budgets(budgets, analysis_of(run.path, unit_ms).streams)
     if as_json:
         sys.stdout.write(json.dumps([r.to_json() for r in results], indent=1) + "\n")
     else:

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
 from contextlib import suppress
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from latlab.analysis import store
 from latlab.analysis.blackbox import CODES_FILE as BLACKBOX_CODES_FILE
 from latlab.analysis.blackbox import BlackBoxError, black_box_summary
 from latlab.analysis.element_stats import srt_summary, stats_table
@@ -20,11 +23,7 @@ from latlab.ingest.link_events import read_link_logs
 from latlab.ingest.link_log import LinkLog, traffic_summary
 from latlab.lab.resources import RESOURCES_FILE, summarize_resources
 from latlab.report.summary import build_summary, write_summary
-from latlab.rundir import read_run
-
-SUMMARY_FILE = "summary.json"
-EVENTS_FILE = "events.parquet"
-ELEMENT_STATS_FILE = "element-stats.parquet"
+from latlab.rundir import ELEMENT_STATS_FILE, EVENTS_FILE, SUMMARY_FILE, read_run
 
 
 def run_metadata(run_dir: Path) -> dict[str, Any]:
@@ -49,12 +48,101 @@ def link_summary(log: LinkLog) -> dict[str, Any]:
     }
 
 
+@dataclass
+class RunAnalysis:
+    """A run directory turned into its analysis: run.json, summary.json's contents and
+    every stream's journeys and statistics. The events (``table``) are read again only
+    when asked for (the Perfetto export); ``processes`` and ``threads`` name the traced
+    processes and their threads without them."""
+
+    run_dir: Path
+    meta: dict[str, Any]
+    summary: dict[str, Any]
+    streams: list[StreamAnalysis]
+    processes: list[dict[str, Any]]
+    threads: list[tuple[int, int, str]]
+    reused: bool = False  # read from the run's stored analysis, not analysed now
+    _table: EventTable | None = field(default=None, repr=False)
+
+    @property
+    def table(self) -> EventTable:
+        """The run's events (read from its traces if the analysis was stored)."""
+        if self._table is None:
+            self._table = load_run(self.run_dir, read_link_logs(self.run_dir), allow_no_traces=True)
+        return self._table
+
+
+def analysis_of(
+    run_dir: Path, unit_ms: float | None = None, *, write: bool = True, reuse: bool = True
+) -> RunAnalysis:
+    """The analysis of ``run_dir``: the one stored in it when that is current (same inputs,
+    same analysis code, same unit; ``reuse``), else analysed now and, with ``write``,
+    stored (summary.json, events.parquet, analysis/ ...) for the next report."""
+    run_dir = Path(run_dir)
+    meta = run_metadata(run_dir)
+    unit = unit_ms or float(meta.get("unit_ms", 10.0))
+    if reuse:
+        stored = _stored(run_dir, unit)
+        if stored is not None:
+            return stored
+    inputs = store.fingerprint(run_dir)
+    analysis, outputs = _analyze(run_dir, meta, unit)
+    if write:
+        _write(analysis, outputs, unit, inputs)
+    return analysis
+
+
+def summary_of(run_dir: Path, unit_ms: float | None = None) -> dict[str, Any]:
+    """summary.json of ``run_dir``: the stored one when the stored analysis is current
+    (nothing else is read), else from an analysis made and stored now."""
+    run_dir = Path(run_dir)
+    unit = unit_ms or float(run_metadata(run_dir).get("unit_ms", 10.0))
+    summary = _stored_summary(run_dir)
+    if summary is not None and store.current_manifest(run_dir, unit, summary) is not None:
+        return summary
+    return analysis_of(run_dir, unit, reuse=False).summary
+
+
 def analyze_run(
     run_dir: Path, unit_ms: float | None = None, *, write: bool = True
 ) -> tuple[dict[str, Any], EventTable, list[StreamAnalysis]]:
-    """Analyse the traces of ``run_dir``; writes summary.json and events.parquet there."""
+    """Analyse the traces of ``run_dir`` now (summary, events, streams); with ``write``,
+    store the analysis in it. Reports use :func:`analysis_of`, which reuses a stored one."""
+    analysis = analysis_of(run_dir, unit_ms, write=write, reuse=False)
+    return analysis.summary, analysis.table, analysis.streams
+
+
+def _stored(run_dir: Path, unit_ms: float) -> RunAnalysis | None:
+    """The run's stored analysis, if current."""
+    summary = _stored_summary(run_dir)
+    if summary is None:
+        return None
+    kept = store.read(run_dir, unit_ms, summary)
+    if kept is None:
+        return None
     meta = run_metadata(run_dir)
-    unit = unit_ms or float(meta.get("unit_ms", 10.0))
+    return RunAnalysis(run_dir, meta, summary, kept.streams, kept.processes, kept.threads, True)
+
+
+@dataclass
+class _Outputs:
+    """What a fresh analysis writes besides summary.json and its store."""
+
+    element_stats: pa.Table
+    blackbox_codes: pa.Table | None
+
+
+def _stored_summary(run_dir: Path) -> dict[str, Any] | None:
+    """summary.json as stored, or None (absent or unreadable: analyse again)."""
+    try:
+        summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def _analyze(run_dir: Path, meta: dict[str, Any], unit: float) -> tuple[RunAnalysis, _Outputs]:
+    """Ingest, stitch and analyse ``run_dir`` (nothing written)."""
     link_logs = read_link_logs(run_dir)
     browsers = read_browser_logs(run_dir)
     table = load_run(run_dir, link_logs, allow_no_traces=bool(browsers))
@@ -76,14 +164,30 @@ def analyze_run(
     srt = srt_summary(element_stats)
     if srt:
         summary["srt"] = srt
-    if write:
-        write_summary(summary, run_dir / SUMMARY_FILE)
-        table.write_parquet(run_dir / EVENTS_FILE)
-        if element_stats.num_rows:
-            pq.write_table(element_stats, run_dir / ELEMENT_STATS_FILE)
-        if blackbox_codes is not None:
-            pq.write_table(blackbox_codes, run_dir / BLACKBOX_CODES_FILE)
-    return summary, table, streams
+    processes = [
+        {"name": p.name, "pid": p.pid, "kind": p.kind, "hostname": p.hostname}
+        for p in table.processes
+    ]
+    threads = list(table.threads)
+    analysis = RunAnalysis(run_dir, meta, summary, streams, processes, threads, _table=table)
+    return analysis, _Outputs(element_stats, blackbox_codes)
+
+
+def _write(
+    analysis: RunAnalysis, outputs: _Outputs, unit: float, inputs: dict[str, list[int]]
+) -> None:
+    """Store a fresh analysis in its run directory: summary.json, the events, element
+    statistics, the black box's codes, and analysis/ for the next report (a cache: where
+    it cannot be written, the next report analyses again)."""
+    run_dir, table = analysis.run_dir, analysis.table
+    write_summary(analysis.summary, run_dir / SUMMARY_FILE)
+    table.write_parquet(run_dir / EVENTS_FILE)
+    if outputs.element_stats.num_rows:
+        pq.write_table(outputs.element_stats, run_dir / ELEMENT_STATS_FILE)
+    if outputs.blackbox_codes is not None:
+        pq.write_table(outputs.blackbox_codes, run_dir / BLACKBOX_CODES_FILE)
+    with suppress(OSError):
+        store.write(run_dir, unit, analysis.streams, analysis.processes, analysis.threads, inputs)
 
 
 def _black_box(

@@ -19,7 +19,27 @@ ENV_SCHEMA = "latlab.env/1"
 SUMMARY_SCHEMA = "latlab.summary/1"
 SWEEP_SCHEMA = "latlab.sweep/1"
 
+# What the lab writes (the inputs of an analysis).
 RUN_FILE = "run.json"
+ENV_FILE = "env.json"
+SCENARIO_FILE = "scenario.toml"
+RESOURCES_FILE = "resources.parquet"
+TRACES = "traces"
+LOGS = "logs"
+LINKS = "links"
+BROWSERS = "browsers"
+SIGNAL = "signal"
+TRACE_SUFFIX = ".lltrace"
+# What the analysis writes.
+SUMMARY_FILE = "summary.json"
+EVENTS_FILE = "events.parquet"
+ELEMENT_STATS_FILE = "element-stats.parquet"
+BLACKBOX_FILE = "blackbox.parquet"
+ANALYSIS_DIR = "analysis"
+REPORT_FILE = "report.html"
+
+ANALYSIS_INPUT_FILES = (RUN_FILE, SCENARIO_FILE, RESOURCES_FILE)
+ANALYSIS_INPUT_DIRS = (TRACES, LINKS, BROWSERS, SIGNAL)
 
 
 class RunDirError(UserInputError, ValueError):
@@ -48,3 +68,16 @@ def read_run(run_dir: Path) -> dict[str, Any] | None:
     """run.json of ``run_dir``; None where there is none (a directory of bare traces)."""
     path = Path(run_dir) / RUN_FILE
     return read_json(path, RUN_SCHEMA) if path.is_file() else None
+
+
+def analysis_inputs(run_dir: Path) -> list[Path]:
+    """Every file of ``run_dir`` an analysis reads (run.json, the scenario, resources,
+    traces, link logs, browser records, signal files), sorted."""
+    run_dir = Path(run_dir)
+    found = [run_dir / name for name in ANALYSIS_INPUT_FILES if (run_dir / name).is_file()]
+    found += [p for p in run_dir.glob(f"*{TRACE_SUFFIX}") if p.is_file()]  # bare traces
+    for name in ANALYSIS_INPUT_DIRS:
+        directory = run_dir / name
+        if directory.is_dir():
+            found += [p for p in directory.rglob("*") if p.is_file()]
+    return sorted(found)

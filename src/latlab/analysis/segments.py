@@ -86,7 +86,7 @@ def analyze(
     if run and run.get("devices"):
         journeys = [add_device_playout(j, table, run) for j in journeys]
     journeys = join_browser_legs(journeys, list(browsers), table)
-    streams = [_analyze_stream(j, cadence()) for j in journeys]
+    streams = [analyze_journeys(j, cadence()) for j in journeys]
     by_name = {log.process: log for log in browsers}
     steps = schedule_steps(list(links))
     window = measured_window(run or {})
@@ -98,7 +98,7 @@ def analyze(
         if sender or receiver:
             _add_browser_figures(stream, sender, receiver, steps, window)
     for j in browser_journeys(list(browsers), table):
-        stream = _analyze_stream(j, {})
+        stream = analyze_journeys(j, {})
         sender, receiver = (name.split("/", 1)[0] for name in (j.probe_names[0], j.probe_names[-1]))
         _add_browser_figures(stream, by_name[sender], by_name[receiver], steps, window)
         streams.append(stream)
@@ -133,7 +133,9 @@ def measured_window(run: dict[str, Any]) -> tuple[int, int] | None:
     return (int(start), int(end)) if start and end else None
 
 
-def _analyze_stream(journeys: Journeys, cadence: dict[str, dict]) -> StreamAnalysis:
+def analyze_journeys(journeys: Journeys, cadence: dict[str, dict]) -> StreamAnalysis:
+    """The statistics of one stream from its journeys: per segment, end to end, phases,
+    kinds (per-unit sums) and thread hand-offs; ``cadence`` is the run's per-probe cadence."""
     complete = journeys.complete
     times = [journeys.times[complete, j] for j in range(journeys.times.shape[1])]
     names = journeys.probe_names

@@ -25,7 +25,7 @@ from latlab.lab import rundir
 from latlab.lab.runner import run_scenario
 from latlab.lab.scenario import Analysis, Scenario, ScenarioError, parse_scenario, point_name
 from latlab.lab.signals import Terminated, signals_deferred, sigterm_raises
-from latlab.pipeline import analyze_run
+from latlab.pipeline import analysis_of
 from latlab.tracer import plugin_dir
 
 SCHEMA = "latlab.sweep/1"
@@ -132,7 +132,7 @@ def _run_point(
     try:
         run_scenario(point.scenario, point_dir, progress=progress)
         analysis = point.scenario.analysis
-        summary, _, _ = analyze_run(point_dir, unit_ms or analysis.unit_ms)
+        summary = analysis_of(point_dir, unit_ms or analysis.unit_ms).summary
         entry.update(point_figures(summary, analysis))
         entry["status"] = "ok"
     except (KeyboardInterrupt, Terminated) as exc:

@@ -345,14 +345,14 @@ def compare_runs(
     report: Callable[[str], None] = _quiet,
     **options: Any,
 ) -> Comparison:
-    """Analyse two runs (summary.json left as it is) and compare them."""
-    from latlab.pipeline import analyze_run
+    """The analyses of two runs (their stored ones where current) compared."""
+    from latlab.pipeline import analysis_of
 
     run_a, run_b = resolve_run(spec_a), resolve_run(spec_b)
     report(f"analysing A ({run_a.path})")
-    _, _, streams_a = analyze_run(run_a.path, unit_ms, write=False)
+    streams_a = analysis_of(run_a.path, unit_ms).streams
     report(f"analysing B ({run_b.path})")
-    _, _, streams_b = analyze_run(run_b.path, unit_ms, write=False)
+    streams_b = analysis_of(run_b.path, unit_ms).streams
     return compare_streams(streams_a, streams_b, run_a, run_b, report=report, **options)
 
 

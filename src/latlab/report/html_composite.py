@@ -42,7 +42,7 @@ def point_slice(stream: StreamAnalysis, units: int = SLICE_UNITS) -> dict[str, A
 def composite(sweep_dir: Path, sweep: dict[str, Any]) -> dict[str, Any] | None:
     """The composite of a sweep's first stream over its points (null slices for failed ones)."""
     from latlab.ingest.trace_reader import TraceError
-    from latlab.pipeline import analyze_run
+    from latlab.pipeline import analysis_of
 
     slices: list[dict[str, Any] | None] = []
     for point in sweep.get("points", []):  # one analysis per point
@@ -51,7 +51,7 @@ def composite(sweep_dir: Path, sweep: dict[str, Any]) -> dict[str, Any] | None:
             slices.append(None)
             continue
         try:
-            _, _, streams = analyze_run(point_dir, write=False)
+            streams = analysis_of(point_dir).streams
         except (TraceError, OSError, ValueError):
             slices.append(None)
             continue

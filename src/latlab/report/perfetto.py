@@ -36,7 +36,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from latlab.analysis.segments import StreamAnalysis
-from latlab.ingest.events import EventTable
 from latlab.stitch.journeys import Journeys
 from latlab.stitch.position import MISSING
 
@@ -81,7 +80,8 @@ class _Track:
 class _Layout:
     """Synthetic pids per process and tids per (thread or stream, segment, lane) track."""
 
-    table: EventTable
+    processes: list[dict[str, Any]]  # traced processes: name, pid, kind, hostname
+    threads: list[tuple[int, int, str]]  # per global thread: process index, tid, name
     hosts: dict[str, str]
     pids: dict[str, int] = field(default_factory=dict)
     process_names: dict[int, str] = field(default_factory=dict)
@@ -92,8 +92,8 @@ class _Layout:
         if process not in self.pids:
             pid = len(self.pids) + 1
             self.pids[process] = pid
-            real = next((p.pid for p in self.table.processes if p.name == process), None)
-            host = self.hosts.get(process) or _host_of(self.table, process)
+            real = next((p["pid"] for p in self.processes if p["name"] == process), None)
+            host = self.hosts.get(process) or _host_of(self.processes, process)
             label = f"{host} / {process}" + (f" (pid {real})" if real else "")
             self.process_names[pid] = label
         return self.pids[process]
@@ -107,21 +107,27 @@ class _Layout:
 
 def export_perfetto(run_dir: Path, out: Path, unit_ms: float | None = None) -> ExportResult:
     """Analyse ``run_dir`` (its summary.json is left as it is) and write its Perfetto trace."""
-    from latlab.pipeline import analyze_run, run_metadata
+    from latlab.pipeline import analysis_of
 
-    _, table, streams = analyze_run(run_dir, unit_ms, write=False)
-    return write_perfetto(streams, table, run_metadata(run_dir), out)
+    analysis = analysis_of(run_dir, unit_ms)
+    return write_perfetto(
+        analysis.streams, analysis.processes, analysis.threads, analysis.meta, out
+    )
 
 
 def write_perfetto(
-    streams: list[StreamAnalysis], table: EventTable, run: dict[str, Any], out: Path
+    streams: list[StreamAnalysis],
+    processes: list[dict[str, Any]],
+    threads: list[tuple[int, int, str]],
+    run: dict[str, Any],
+    out: Path,
 ) -> ExportResult:
     """Write the Chrome trace-event JSON of ``streams`` to ``out``."""
     hosts = {p["name"]: p.get("host", "") for p in run.get("processes", []) if "name" in p}
     emulated = [link["between"] for link in run.get("links", []) if link.get("log")]
     if emulated:  # link logs are one process, "link", in the event table
         hosts["link"] = "link " + ", ".join("-".join(pair) for pair in emulated)
-    layout = _Layout(table, hosts)
+    layout = _Layout(processes, threads, hosts)
     result = ExportResult(Path(out), streams=len(streams))
     with open(out, "wb") as f:
         f.write(b'{"displayTimeUnit":"ns","traceEvents":[\n')
@@ -254,9 +260,9 @@ def _segment_tids(
 def _track_identity(stream: int, j: Journeys, k: int, thread: int, layout: _Layout) -> tuple:
     """(pid, sort key, name) of the tracks of segment ``k`` ending on ``thread``."""
     label = _segment_label(j, k)
-    if thread != MISSING and thread < len(layout.table.threads):
-        process_index, tid, thread_name = layout.table.threads[thread]
-        process = layout.table.processes[process_index].name
+    if thread != MISSING and thread < len(layout.threads):
+        process_index, tid, thread_name = layout.threads[thread]
+        process = layout.processes[process_index]["name"]
         pid = layout.pid(process)
         return pid, (pid, 0, tid, stream, k), f"{thread_name} [{tid}] · {label}"
     process = j.probe_names[k + 1].split("/", 1)[0]
@@ -367,11 +373,11 @@ def _concatenated(strings: pa.Array) -> memoryview:
     return memoryview(data)[offsets[0] : offsets[-1]] if data is not None else memoryview(b"")
 
 
-def _host_of(table: EventTable, process: str) -> str:
+def _host_of(processes: list[dict[str, Any]], process: str) -> str:
     """A process's host when run.json does not say: the link for a link log, else its hostname."""
-    trace = next((p for p in table.processes if p.name == process), None)
+    trace = next((p for p in processes if p["name"] == process), None)
     if trace is None:
         return "browser" if process else "?"
-    if trace.kind == "link":
+    if trace.get("kind") == "link":
         return "link"
-    return trace.hostname or "localhost"
+    return trace.get("hostname") or "localhost"
