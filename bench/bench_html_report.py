@@ -25,9 +25,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
+from latlab.analysis.summary import write_summary
 from latlab.pipeline import analyze_run, run_metadata
 from latlab.report.html import run_html
-from latlab.report.summary import write_summary
 from latlab.synthetic import SyntheticRtpAudio, make_rtp_audio_run
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")

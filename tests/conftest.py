@@ -172,11 +172,11 @@ def delay_sweep(
 ) -> dict[float, tuple[Path, dict[str, Any]]]:
     """Run scenario ``text`` (whose link delay reads ``${delay}``) as a sweep over
     ``delays``; per delay, the point's run directory and summary.json."""
-    from latlab.lab.sweep import run_sweep
+    from latlab.experiment import run_analysed_sweep
 
     values = ", ".join(f"{d:g}" for d in delays)
     scenario = parse_scenario(text + f"\n[sweep]\ndelay = [{values}]\n", "planted.toml")
-    result = run_sweep(scenario.with_duration(duration), out, progress=False)
+    result = run_analysed_sweep(scenario.with_duration(duration), out, progress=False)
     assert not result.failed, result.failed
     points = {float(p["values"]["delay"]): out / p["dir"] for p in result.sweep["points"]}
     return {

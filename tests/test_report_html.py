@@ -305,14 +305,14 @@ def test_report_of_a_real_run_renders_every_chart(
 def test_sweep_report_has_a_chart_per_metric(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("network namespaces need root")
+    from latlab.experiment import run_analysed_sweep
     from latlab.lab.scenario import parse_scenario
-    from latlab.lab.sweep import run_sweep
     from latlab.report.html import report_html
 
     text = (REPO / "scenarios" / "l16-jitterbuffer-sweep.toml").read_text()
     text = text.replace("jb = [10, 20, 40, 80]", "jb = [10, 40]")
     scenario = parse_scenario(text, "sweep.toml").with_duration(2.0)
-    run_sweep(scenario, tmp_path / "sweep", progress=False)
+    run_analysed_sweep(scenario, tmp_path / "sweep", progress=False)
     html_path = report_html(tmp_path / "sweep", None)
     page = render(html_path, tmp_path)
     metrics = {"e2e_p50", "e2e_p99", "kind_jitterbuffer", "kind_capture", "lost", "late"}

@@ -11,7 +11,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from latlab.lab.resources import SCHEMA, ResourceSampler, read_process, summarize_resources
+from latlab.analysis.resources import summarize_resources
+from latlab.lab.resources import SCHEMA, ResourceSampler, read_process
 from latlab.lab.runner import run_scenario
 from latlab.lab.scenario import parse_scenario
 from latlab.pipeline import analyze_run

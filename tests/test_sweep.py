@@ -15,9 +15,11 @@ from typing import Any
 import pytest
 
 from latlab.errors import UserInputError
+from latlab.experiment import run_analysed_sweep
 from latlab.lab.scenario import Scenario, ScenarioError, parse_scenario
-from latlab.lab.sweep import expand_sweep, load_sweep, run_sweep, to_toml
+from latlab.lab.sweep import expand_sweep, to_toml
 from latlab.report.sweep_table import comparison_table
+from latlab.rundir import read_sweep as load_sweep
 from tests.conftest import L16_CAPS, LATLAB, stop_budget_s, two_hosts
 from tests.test_cli import latlab, one_line_error
 
@@ -255,7 +257,7 @@ def _jitterbuffer(stream: dict[str, Any]) -> dict[str, Any]:
 @needs_root
 def test_jitterbuffer_sweep_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "sweep"
-    result = run_sweep(parse(two_host("jb = [20, 50]")), out, progress=False)
+    result = run_analysed_sweep(parse(two_host("jb = [20, 50]")), out, progress=False)
     assert not result.failed, [p["error"] for p in result.failed]
     data = load_sweep(out)
     assert data == result.sweep and data["status"] == "ok" and data["finished_at"]

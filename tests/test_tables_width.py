@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from latlab.analysis.sweep_figures import point_figures
 from latlab.lab.scenario import Analysis
-from latlab.lab.sweep import point_figures
 from latlab.report.budget import check_budgets, parse_budget, render_check
 from latlab.report.compare import compare_runs, render_comparison
 from latlab.report.fit import FitTable
@@ -205,7 +205,7 @@ def sweep_json() -> dict[str, Any]:
     ]
     points = [
         point(f"latency={latency},link={link}", {"latency": latency, "link": link})
-        | point_figures(summary, residual)
+        | point_figures(summary, residual.configured_latency_ms, residual.period_ms)
         for latency, link, summary in runs
     ]
     failed = point("latency=20,link=none", {"latency": "20", "link": "none"}, "failed")
@@ -237,7 +237,8 @@ def test_sweep_tables_keep_values_and_stream_ids_whole_at_80_columns() -> None:
 def test_a_single_stream_sweep_splits_no_figure_at_80_columns() -> None:
     residual = Analysis(configured_latency_ms=993.0, period_ms=33.3)
     points = [
-        point(f"latency={v}", {"latency": v}) | point_figures(DATA["srt"], residual)
+        point(f"latency={v}", {"latency": v})
+        | point_figures(DATA["srt"], residual.configured_latency_ms, residual.period_ms)
         for v in (60, 120)
     ]
     variables = {"latency": [60, 120]}

@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 from latlab.analysis.residual import path_parts, residual_figures, residual_ms
+from latlab.experiment import run_analysed_sweep
 from latlab.lab.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
-from latlab.lab.sweep import expand_sweep, load_sweep, run_sweep
+from latlab.lab.sweep import expand_sweep
 from latlab.report.sweep_table import comparison_table
+from latlab.rundir import read_sweep as load_sweep
 
 REPO = Path(__file__).resolve().parents[1]
 QUIET = REPO / "scenarios/thesis-suite.toml"
@@ -207,7 +209,7 @@ def test_two_tests_of_the_suite_end_to_end(tmp_path: Path) -> None:
     picked = tuple((n, v[7:9]) for n, v in scenario.sweep.variables)  # tests 8 and 9
     scenario = replace(scenario, sweep=replace(scenario.sweep, variables=picked))
     out = tmp_path / "suite"
-    result = run_sweep(scenario, out, progress=False)
+    result = run_analysed_sweep(scenario, out, progress=False)
     assert not result.failed, [p["error"] for p in result.failed]
     points = load_sweep(out)["points"]
     assert [p["values"]["test"] for p in points] == [8, 9]

@@ -108,11 +108,11 @@ def _run_sweep(
     spec: Scenario, out: Path, progress: bool, unit_ms: float | None, wide: bool = False
 ) -> None:
     """Run every point of a sweep and print the comparison; exit 1 if a point failed."""
-    from latlab.lab.sweep import run_sweep
+    from latlab.experiment import run_analysed_sweep
     from latlab.report.sweep_table import render_sweep
 
     try:
-        result = run_sweep(spec, out, progress=progress, unit_ms=unit_ms, console=console)
+        result = run_analysed_sweep(spec, out, unit_ms=unit_ms, progress=progress, console=console)
     except (KeyboardInterrupt, Terminated):
         err_console.print(f"latlab: sweep stopped; finished points and sweep.json are in {out}")
         raise
@@ -126,10 +126,10 @@ def _run_sweep(
 
 def _report_sweep(sweep_dir: Path, as_json: bool, wide: bool = False) -> None:
     """The comparison table of a sweep directory (or its sweep.json)."""
-    from latlab.lab.sweep import load_sweep
     from latlab.report.sweep_table import render_sweep
+    from latlab.rundir import read_sweep
 
-    sweep = load_sweep(sweep_dir)
+    sweep = read_sweep(sweep_dir)
     if as_json:
         sys.stdout.write(json.dumps(sweep, indent=1) + "\n")
         return

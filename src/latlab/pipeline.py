@@ -16,14 +16,14 @@ from latlab.analysis import store
 from latlab.analysis.blackbox import CODES_FILE as BLACKBOX_CODES_FILE
 from latlab.analysis.blackbox import BlackBoxError, black_box_summary
 from latlab.analysis.element_stats import srt_summary, stats_table
+from latlab.analysis.resources import summarize_resources
 from latlab.analysis.segments import StreamAnalysis, analyze, measured_window
+from latlab.analysis.summary import build_summary, write_summary
 from latlab.ingest.browser_records import read_browser_logs
 from latlab.ingest.events import EventTable, load_run
 from latlab.ingest.link_events import read_link_logs
 from latlab.ingest.link_log import LinkLog, traffic_summary
-from latlab.lab.resources import RESOURCES_FILE, summarize_resources
-from latlab.report.summary import build_summary, write_summary
-from latlab.rundir import ELEMENT_STATS_FILE, EVENTS_FILE, SUMMARY_FILE, read_run
+from latlab.rundir import ELEMENT_STATS_FILE, EVENTS_FILE, RESOURCES_FILE, SUMMARY_FILE, read_run
 
 
 def run_metadata(run_dir: Path) -> dict[str, Any]:

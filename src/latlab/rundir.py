@@ -24,6 +24,7 @@ RUN_FILE = "run.json"
 ENV_FILE = "env.json"
 SCENARIO_FILE = "scenario.toml"
 RESOURCES_FILE = "resources.parquet"
+RESOURCES_SYSTEM = ""  # resources.parquet: the process name of the system-wide rows
 TRACES = "traces"
 LOGS = "logs"
 LINKS = "links"
@@ -37,6 +38,10 @@ ELEMENT_STATS_FILE = "element-stats.parquet"
 BLACKBOX_FILE = "blackbox.parquet"
 ANALYSIS_DIR = "analysis"
 REPORT_FILE = "report.html"
+
+# A sweep directory (latlab.sweep/1): sweep.json and one run directory per point.
+SWEEP_FILE = "sweep.json"
+POINTS_DIR = "points"
 
 ANALYSIS_INPUT_FILES = (RUN_FILE, SCENARIO_FILE, RESOURCES_FILE)
 ANALYSIS_INPUT_DIRS = (TRACES, LINKS, BROWSERS, SIGNAL)
@@ -81,3 +86,19 @@ def analysis_inputs(run_dir: Path) -> list[Path]:
         if directory.is_dir():
             found += [p for p in directory.rglob("*") if p.is_file()]
     return sorted(found)
+
+
+def is_sweep_dir(path: Path) -> bool:
+    """Whether ``path`` is a sweep directory (holds sweep.json)."""
+    return (Path(path) / SWEEP_FILE).is_file()
+
+
+def read_sweep(sweep_dir: Path) -> dict[str, Any]:
+    """sweep.json of a sweep directory (RunDirError naming the file when unusable)."""
+    path = Path(sweep_dir) / SWEEP_FILE
+    data = read_json(path)
+    if data.get("schema") != SWEEP_SCHEMA:
+        raise RunDirError(
+            f"{path}: unknown schema {data.get('schema')!r} (expected {SWEEP_SCHEMA})"
+        )
+    return data

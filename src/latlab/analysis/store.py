@@ -36,7 +36,7 @@ SCHEMA = "latlab.analysis/1"
 MANIFEST = "manifest.json"
 # The code whose output the store holds: a change to any of it makes a store stale.
 CODE_PACKAGES = ("ingest", "stitch", "analysis")
-CODE_MODULES = ("pipeline.py", "rundir.py", "report/summary.py")
+CODE_MODULES = ("pipeline.py", "rundir.py")
 
 
 @cache

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,12 +34,11 @@ from latlab.lab.process import ChildProcess, failure_line
 from latlab.lab.scenario import BACKEND_EMULATOR
 
 if TYPE_CHECKING:
-    from latlab.lab.netns import LinkPlan
     from latlab.lab.scenario import Link
 
 REPO = Path(__file__).resolve().parents[3]
-LINKEMU = REPO / "linkemu" / "target" / "release" / "latlab-linkemu"
-UDPGEN = REPO / "linkemu" / "target" / "release" / "latlab-udpgen"
+LINKEMU = REPO / "target" / "release" / "latlab-linkemu"
+UDPGEN = REPO / "target" / "release" / "latlab-udpgen"
 BACKEND_DIRECT = "direct"
 LINKS_DIR = "links"
 READY_MARKER = "ready"
@@ -48,6 +48,20 @@ STOP_STEPS: tuple[tuple[signal.Signals, str, float | None], ...] = (
     (signal.SIGKILL, "sigkill", None),
 )
 OFFLOADS = ("rx", "off", "tx", "off", "tso", "off", "gso", "off", "gro", "off")
+
+
+@dataclass(frozen=True)
+class LinkPlan:
+    """Names and addresses of one link's veth pair."""
+
+    index: int
+    a: str
+    b: str
+    veth_a: str
+    veth_b: str
+    addr_a: str
+    addr_b: str
+    prefix_len: int = 30
 
 
 class LinkError(MeasurementError, RuntimeError):

@@ -26,7 +26,6 @@ import tempfile
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from types import TracebackType
@@ -35,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from latlab.errors import MeasurementError
 from latlab.lab import links as emulated
 from latlab.lab import netem
+from latlab.lab.links import LinkPlan
 from latlab.lab.process import failure_line
 from latlab.lab.signals import signals_deferred, sigterm_raises
 
@@ -54,20 +54,6 @@ STANDING_OWNER = 0
 
 class LabError(MeasurementError, RuntimeError):
     """Setting up or tearing down the lab failed; ``str()`` is one line."""
-
-
-@dataclass(frozen=True)
-class LinkPlan:
-    """Names and addresses of one link's veth pair."""
-
-    index: int
-    a: str
-    b: str
-    veth_a: str
-    veth_b: str
-    addr_a: str
-    addr_b: str
-    prefix_len: int = 30
 
 
 def namespace_name(pid: int, host: str) -> str:

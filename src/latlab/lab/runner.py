@@ -35,7 +35,7 @@ from latlab.lab.browser import BrowserError, BrowserLab, check_browsers
 from latlab.lab.devices import DeviceError, Devices, cleanup_stale_devices
 from latlab.lab.netns import Lab, LabError, cleanup_stale
 from latlab.lab.process import ChildProcess
-from latlab.lab.resources import RESOURCES_FILE, ResourceSampler
+from latlab.lab.resources import ResourceSampler
 from latlab.lab.scenario import Process, Scenario
 from latlab.lab.sched import (
     SchedError,
@@ -47,6 +47,7 @@ from latlab.lab.sched import (
 )
 from latlab.lab.signal_rig import SignalRigError, SignalRigRun
 from latlab.lab.signals import Terminated, signals_deferred, sigterm_raises
+from latlab.rundir import RESOURCES_FILE
 from latlab.tracer import tracer_env
 
 GST_LAUNCH = "gst-launch-1.0"
@@ -56,7 +57,7 @@ PROGRESS_TICK_S = 0.25
 COMMAND_READY_MARKER = "ready"
 REPO_ROOT = Path(__file__).resolve().parents[3]
 # Programs built by scripts/setup.sh, found by name as a command's first word.
-LATLAB_PROGRAMS = {"latlab-kuprobe": REPO_ROOT / "kuprobe/target/release/latlab-kuprobe"}
+LATLAB_PROGRAMS = {"latlab-kuprobe": REPO_ROOT / "target/release/latlab-kuprobe"}
 
 
 class RunError(MeasurementError, RuntimeError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import date, time
 from pathlib import Path
@@ -19,19 +19,15 @@ from typing import Any
 
 from rich.console import Console
 
-from latlab.analysis.residual import residual_figures
-from latlab.errors import DirectoryNotEmpty, UserInputError
+from latlab.errors import DirectoryNotEmpty
 from latlab.lab import rundir
 from latlab.lab.runner import run_scenario
-from latlab.lab.scenario import Analysis, Scenario, ScenarioError, parse_scenario, point_name
+from latlab.lab.scenario import Scenario, ScenarioError, parse_scenario, point_name
 from latlab.lab.signals import Terminated, signals_deferred, sigterm_raises
-from latlab.pipeline import analysis_of
+from latlab.rundir import POINTS_DIR, SWEEP_FILE, SWEEP_SCHEMA
 from latlab.tracer import plugin_dir
 
-SCHEMA = "latlab.sweep/1"
-SWEEP_FILE = "sweep.json"
-POINTS_DIR = "points"
-FIGURES = ("p50_ms", "p99_ms", "mean_ms")
+PointAnalysis = Callable[["SweepPoint", Path], dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -78,11 +74,13 @@ def run_sweep(
     scenario: Scenario,
     out_dir: Path,
     *,
+    analyse: PointAnalysis,
     progress: bool = True,
-    unit_ms: float | None = None,
     console: Console | None = None,
 ) -> SweepResult:
-    """Run every point of ``scenario``'s sweep into ``out_dir/points/NAME`` and analyse it.
+    """Run every point of ``scenario``'s sweep into ``out_dir/points/NAME``; ``analyse``
+    (point, its run directory) gives the figures sweep.json keeps of it (the lab analyses
+    nothing itself: :func:`latlab.experiment.run_analysed_sweep` passes the analysis).
 
     Writes ``out_dir/sweep.json`` after each point. A point that fails is recorded
     (status ``failed``, one-line ``error``) and the sweep goes on. Ctrl-C / SIGTERM
@@ -105,7 +103,7 @@ def run_sweep(
                 entry = state["points"][index]
                 entry["status"] = "running"
                 _write(out_dir, state)
-                _run_point(point, out_dir, entry, progress, unit_ms)
+                _run_point(point, out_dir, entry, progress, analyse)
                 _write(out_dir, state)
                 if progress:
                     console.print(f"  {point_line(entry)}", highlight=False, soft_wrap=True)
@@ -125,15 +123,13 @@ def _run_point(
     out_dir: Path,
     entry: dict[str, Any],
     progress: bool,
-    unit_ms: float | None,
+    analyse: PointAnalysis,
 ) -> None:
     """Run and analyse one point, recording the outcome in its ``entry`` of sweep.json."""
     point_dir = out_dir / entry["dir"]
     try:
         run_scenario(point.scenario, point_dir, progress=progress)
-        analysis = point.scenario.analysis
-        summary = analysis_of(point_dir, unit_ms or analysis.unit_ms).summary
-        entry.update(point_figures(summary, analysis))
+        entry.update(analyse(point, point_dir))
         entry["status"] = "ok"
     except (KeyboardInterrupt, Terminated) as exc:
         entry["status"] = "interrupted"
@@ -143,84 +139,6 @@ def _run_point(
     except Exception as exc:  # a failed point is reported and the sweep goes on
         entry["status"] = "failed"
         entry["error"] = _one_line(exc)
-
-
-def point_figures(summary: dict[str, Any], analysis: Analysis | None = None) -> dict[str, Any]:
-    """What sweep.json keeps of one analysed point: per stream figures and resources.
-
-    When ``analysis`` sets both ``configured_latency_ms`` and ``period_ms``, each
-    stream also gets ``residual`` (:func:`latlab.analysis.residual.residual_figures`).
-    """
-    figures = [_stream_figures(s) for s in summary["streams"]]
-    configured = analysis.configured_latency_ms if analysis else None
-    period = analysis.period_ms if analysis else None
-    if configured is not None and period is not None:
-        for figure, stream in zip(figures, summary["streams"], strict=True):
-            figure["residual"] = residual_figures(
-                stream["end_to_end"], stream["segments"], configured, period
-            )
-    out = {
-        "duration_s": summary["run"].get("duration_s"),
-        "streams": figures,
-        "resources": _resources(summary.get("resources")),
-    }
-    if summary.get("srt"):
-        out["srt"] = summary["srt"]
-    if summary.get("blackbox"):
-        out["blackbox"] = _black_box_figures(summary["blackbox"])
-    return out
-
-
-def _black_box_figures(box: Mapping[str, Any]) -> dict[str, Any]:
-    """The black box of a point: codes, and black box / probed / unexplained p50 p99 mean."""
-    if box.get("error"):
-        return {"error": box["error"]}
-    return {
-        "codes": box["codes"],
-        **{key: _pick(box[key]) for key in ("black_box", "probed", "unexplained")},
-    }
-
-
-def _stream_figures(stream: dict[str, Any]) -> dict[str, Any]:
-    """End to end, per segment and per segment kind p50/p99/mean; lost, late, duplicated."""
-    return {
-        "id": stream["id"],
-        "units": stream["units"],
-        "complete_units": stream["complete_units"],
-        **{k: stream[k] for k in ("lost", "late", "duplicated", "reordered")},
-        "end_to_end": _pick(stream["end_to_end"]),
-        "segments": [
-            {"from": s["from"], "to": s["to"], "kind": s["kind"], **_pick(s)}
-            for s in stream["segments"]
-        ],
-        "kinds": {kind: _pick(figures) for kind, figures in stream["kinds"].items()},
-        "phases": {name: _pick(phase) for name, phase in stream.get("phases", {}).items()},
-        "intervals": {name: _pick(f) for name, f in stream.get("intervals", {}).items()},
-    }
-
-
-def _pick(stats: Mapping[str, Any]) -> dict[str, float | None]:
-    out: dict[str, float | None] = {}
-    for key in FIGURES:
-        value = stats.get(key)
-        finite = isinstance(value, int | float) and math.isfinite(value)
-        out[key] = round(float(value), 6) if finite else None
-    return out
-
-
-def _resources(section: Any) -> dict[str, Any] | None:
-    """CPU per process (user + system, % of one core, mean) from summary.json's resources."""
-    if not isinstance(section, dict):
-        return None
-    cpu = {
-        name: round(p.get("cpu_user_pct_mean", 0.0) + p.get("cpu_system_pct_mean", 0.0), 2)
-        for name, p in section.get("processes", {}).items()
-    }
-    return {
-        "cpu_pct": cpu,
-        "cpu_pct_total": round(sum(cpu.values()), 2),
-        "system": section.get("system", {}),
-    }
 
 
 def point_line(entry: Mapping[str, Any]) -> str:
@@ -262,7 +180,7 @@ def _prepare(scenario: Scenario, out_dir: Path) -> None:
 def _new_sweep_json(scenario: Scenario, points: list[SweepPoint]) -> dict[str, Any]:
     assert scenario.sweep is not None
     return {
-        "schema": SCHEMA,
+        "schema": SWEEP_SCHEMA,
         "name": scenario.name,
         "scenario": scenario.source,
         "status": "running",
@@ -288,26 +206,6 @@ def _new_sweep_json(scenario: Scenario, points: list[SweepPoint]) -> dict[str, A
 def _write(out_dir: Path, state: dict[str, Any]) -> None:
     with signals_deferred():
         rundir.write_json(out_dir / SWEEP_FILE, state)
-
-
-def load_sweep(out_dir: Path) -> dict[str, Any]:
-    """sweep.json of a sweep directory (UserInputError naming the file when unusable)."""
-    path = Path(out_dir) / SWEEP_FILE
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UserInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise UserInputError(f"{path}: not valid JSON: {exc}") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        found = data.get("schema") if isinstance(data, dict) else None
-        raise UserInputError(f"{path}: unknown schema {found!r} (expected {SCHEMA})")
-    return data
-
-
-def is_sweep_dir(path: Path) -> bool:
-    """Whether ``path`` is a sweep directory (holds sweep.json)."""
-    return (Path(path) / SWEEP_FILE).is_file()
 
 
 # --- a small TOML writer for the concrete scenario of each point -----------------------

@@ -67,7 +67,7 @@ def resolve_run(spec: str) -> RunInput:
     ``POINT`` is a point's name (``jb=20``), a part of it that names one point
     (``jb=20`` of ``jb=20,delay=0``), or its number in run order (1-based).
     """
-    from latlab.lab.sweep import is_sweep_dir
+    from latlab.rundir import is_sweep_dir
 
     path = Path(spec)
     if path.is_dir() and not is_sweep_dir(path):
@@ -83,9 +83,9 @@ def resolve_run(spec: str) -> RunInput:
 
 
 def _sweep_points(sweep_dir: Path) -> list[dict[str, Any]]:
-    from latlab.lab.sweep import load_sweep
+    from latlab.rundir import read_sweep
 
-    return list(load_sweep(sweep_dir).get("points", []))
+    return list(read_sweep(sweep_dir).get("points", []))
 
 
 def _sweep_point(sweep_dir: Path, point: str, spec: str) -> RunInput:

@@ -350,12 +350,12 @@ def write_html(text: str, out: Path) -> Path:
 
 def report_html(run_dir: Path, out: Path | None, unit_ms: float | None = None) -> Path:
     """Analyse a run (or read a sweep) and write its HTML report; returns the file written."""
-    from latlab.lab.sweep import load_sweep
     from latlab.pipeline import analysis_of
+    from latlab.rundir import read_sweep
 
     target = out or run_dir / REPORT_FILE
     if (run_dir / "sweep.json").is_file():
-        sweep = load_sweep(run_dir)
+        sweep = read_sweep(run_dir)
         return write_html(sweep_html(sweep, composite(run_dir, sweep)), target)
     analysis = analysis_of(run_dir, unit_ms)
     page = run_html(run_dir, analysis.meta, analysis.summary, analysis.streams)

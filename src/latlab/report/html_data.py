@@ -25,9 +25,10 @@ import pyarrow.parquet as pq
 from latlab.analysis.blackbox import CODES_FILE
 from latlab.analysis.segments import StreamAnalysis
 from latlab.ingest.browser_records import BrowserLog, read_browser_logs
-from latlab.lab.resources import RESOURCES_FILE, SYSTEM
 from latlab.report import findings as fnd
 from latlab.report.blackbox import estimated_segments
+from latlab.rundir import RESOURCES_FILE
+from latlab.rundir import RESOURCES_SYSTEM as SYSTEM
 from latlab.stitch.kinds import CAPTURE, JITTERBUFFER, SINK_WAIT
 from latlab.stitch.position import MISSING
 

@@ -10,9 +10,10 @@ from typing import Any
 from latlab.analysis.frames import frame_effects, frames_held
 from latlab.analysis.segments import SegmentStats, StreamAnalysis
 from latlab.ingest.events import EventTable
+from latlab.rundir import SUMMARY_SCHEMA
 from latlab.stitch.devices import segment_device_flags
 
-SCHEMA = "latlab.summary/1"
+SCHEMA = SUMMARY_SCHEMA
 STAT_KEYS = ("count", "min_ms", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms")
 
 

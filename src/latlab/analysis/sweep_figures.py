@@ -1,0 +1,93 @@
+"""What a sweep keeps of each point: the figures of its summary.json that sweep.json holds
+(``latlab.sweep/1``, docs/run-dir.md) and the sweep tables and charts show."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from latlab.analysis.residual import residual_figures
+
+FIGURES = ("p50_ms", "p99_ms", "mean_ms")
+
+
+def point_figures(
+    summary: dict[str, Any],
+    configured_latency_ms: float | None = None,
+    period_ms: float | None = None,
+) -> dict[str, Any]:
+    """What sweep.json keeps of one analysed point (its summary.json): per stream figures
+    and resources. With both ``configured_latency_ms`` and ``period_ms`` (a scenario's
+    ``[analysis]``), each stream also gets ``residual``
+    (:func:`latlab.analysis.residual.residual_figures`).
+    """
+    figures = [_stream_figures(s) for s in summary["streams"]]
+    configured, period = configured_latency_ms, period_ms
+    if configured is not None and period is not None:
+        for figure, stream in zip(figures, summary["streams"], strict=True):
+            figure["residual"] = residual_figures(
+                stream["end_to_end"], stream["segments"], configured, period
+            )
+    out = {
+        "duration_s": summary["run"].get("duration_s"),
+        "streams": figures,
+        "resources": _resources(summary.get("resources")),
+    }
+    if summary.get("srt"):
+        out["srt"] = summary["srt"]
+    if summary.get("blackbox"):
+        out["blackbox"] = _black_box_figures(summary["blackbox"])
+    return out
+
+
+def _black_box_figures(box: Mapping[str, Any]) -> dict[str, Any]:
+    """The black box of a point: codes, and black box / probed / unexplained p50 p99 mean."""
+    if box.get("error"):
+        return {"error": box["error"]}
+    return {
+        "codes": box["codes"],
+        **{key: _pick(box[key]) for key in ("black_box", "probed", "unexplained")},
+    }
+
+
+def _stream_figures(stream: dict[str, Any]) -> dict[str, Any]:
+    """End to end, per segment and per segment kind p50/p99/mean; lost, late, duplicated."""
+    return {
+        "id": stream["id"],
+        "units": stream["units"],
+        "complete_units": stream["complete_units"],
+        **{k: stream[k] for k in ("lost", "late", "duplicated", "reordered")},
+        "end_to_end": _pick(stream["end_to_end"]),
+        "segments": [
+            {"from": s["from"], "to": s["to"], "kind": s["kind"], **_pick(s)}
+            for s in stream["segments"]
+        ],
+        "kinds": {kind: _pick(figures) for kind, figures in stream["kinds"].items()},
+        "phases": {name: _pick(phase) for name, phase in stream.get("phases", {}).items()},
+        "intervals": {name: _pick(f) for name, f in stream.get("intervals", {}).items()},
+    }
+
+
+def _pick(stats: Mapping[str, Any]) -> dict[str, float | None]:
+    out: dict[str, float | None] = {}
+    for key in FIGURES:
+        value = stats.get(key)
+        finite = isinstance(value, int | float) and math.isfinite(value)
+        out[key] = round(float(value), 6) if finite else None
+    return out
+
+
+def _resources(section: Any) -> dict[str, Any] | None:
+    """CPU per process (user + system, % of one core, mean) from summary.json's resources."""
+    if not isinstance(section, dict):
+        return None
+    cpu = {
+        name: round(p.get("cpu_user_pct_mean", 0.0) + p.get("cpu_system_pct_mean", 0.0), 2)
+        for name, p in section.get("processes", {}).items()
+    }
+    return {
+        "cpu_pct": cpu,
+        "cpu_pct_total": round(sum(cpu.values()), 2),
+        "system": section.get("system", {}),
+    }
