@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PUSHES_PER_BUFFER = 5
-DEFAULT_PLUGIN_PATH = Path(__file__).resolve().parent.parent / "tracer" / "target" / "release"
+DEFAULT_PLUGIN_PATH = Path(__file__).resolve().parent.parent / "target" / "release"
 END_CHUNK = 8
 DROPS_CHUNK = 7
 HEADER_SIZE = 32

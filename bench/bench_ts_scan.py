@@ -29,7 +29,7 @@ PUSHES_PER_BUFFER = 5
 BLOCK = 1316
 TS = 188
 PES_EVERY = 10
-DEFAULT_PLUGIN_PATH = Path(__file__).resolve().parent.parent / "tracer" / "target" / "release"
+DEFAULT_PLUGIN_PATH = Path(__file__).resolve().parent.parent / "target" / "release"
 
 
 def ts_packet(pid: int, counter: int, pes_pts: int | None) -> bytes:

@@ -72,19 +72,10 @@ find_cargo() {
     fi
 }
 
-build_tracer() {
-    log "building the GStreamer tracer (tracer/, cargo build --release)"
-    cargo build --release --quiet --manifest-path tracer/Cargo.toml
-}
-
-build_kuprobe() {
-    log "building the kernel-to-application probe (kuprobe/, cargo build --release)"
-    cargo build --release --quiet --manifest-path kuprobe/Cargo.toml
-}
-
-build_linkemu() {
-    log "building the link emulator (linkemu/, cargo build --release)"
-    cargo build --release --quiet --manifest-path linkemu/Cargo.toml
+build_rust() {
+    log "building the Rust workspace (cargo build --release): the GStreamer tracer (tracer/)," \
+        "the kernel-to-application probe (kuprobe/), the link emulator (linkemu/)"
+    cargo build --release --quiet
 }
 
 python_environment() {
@@ -102,8 +93,6 @@ python_environment() {
 
 install_debian_packages
 find_cargo
-build_tracer
-build_kuprobe
-build_linkemu
+build_rust
 python_environment
 log "ready: ./latlab --help"

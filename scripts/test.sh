@@ -28,11 +28,9 @@ step "ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 step "cargo fmt, clippy, test"
-for crate in tracer kuprobe linkemu; do
-    cargo fmt --manifest-path "$crate/Cargo.toml" -- --check
-    cargo clippy --release --quiet --manifest-path "$crate/Cargo.toml" -- -D warnings
-    cargo test --release --quiet --manifest-path "$crate/Cargo.toml"
-done
+cargo fmt --all -- --check
+cargo clippy --workspace --release --quiet --all-targets -- -D warnings
+cargo test --workspace --release --quiet
 
 step "fast tier"
 .venv/bin/pytest -q -m "not e2e" "$@"

@@ -109,7 +109,7 @@ def test_emulated_link_logs_and_stops(tmp_path: Path, lab_down_after: None) -> N
         parse_scenario(scenario(tmp_path, link).read_text(), "lab.toml", processes_required=False)
     except ScenarioError:
         pytest.skip("link impairment not available")
-    if not (REPO / "linkemu" / "target" / "release" / "latlab-linkemu").is_file():
+    if not (REPO / "target" / "release" / "latlab-linkemu").is_file():
         pytest.skip("link emulator not built")
     out = tmp_path / "out"
     up = latlab(tmp_path, "lab", "up", str(scenario(tmp_path, link)), "--out", str(out))

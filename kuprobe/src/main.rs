@@ -24,10 +24,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::thread;
 
-use trace::{PadInfo, Rtp, TraceWriter, KIND_DONE, KIND_PUSH, RECORD_SIZE};
+use lltrace::clock::{monotonic_ns, realtime_ns};
+use lltrace::{kind, Record, RtpHeader};
+use trace::{packet_record, TraceWriter, THREAD_IDX};
 
-const PAD_ID: u32 = 1;
 const FLUSH_NS: u64 = 100_000_000;
+const BATCH: usize = 4096; // records
 const MAX_PACKET: usize = 65536;
 const PAIR_MAX_NS: u64 = 2_000;
 const WARMUP_MARKER: &[u8] = b"latlab-kuprobe warm-up";
@@ -71,16 +73,6 @@ fn parse_args() -> Result<Args, String> {
         port: port.ok_or("--port is required")?,
         bind,
     })
-}
-
-fn now_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid timespec to write into.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn os_error(what: &str) -> String {
@@ -244,24 +236,13 @@ fn trace_path(process: &str, pid: u32) -> PathBuf {
 
 fn open_trace(process: &str, pid: u32, tid: u32) -> Result<(TraceWriter, PathBuf), String> {
     let path = trace_path(process, pid);
-    let start = now_ns(libc::CLOCK_MONOTONIC);
-    let realtime = now_ns(libc::CLOCK_REALTIME);
+    let start = monotonic_ns();
+    let realtime = realtime_ns();
     let mut writer =
         TraceWriter::create(&path, pid, start).map_err(|e| format!("{}: {e}", path.display()))?;
     let cmdline: Vec<String> = std::env::args().collect();
     let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     let (rt, mono) = (realtime.to_string(), start.to_string());
-    let pad = PadInfo {
-        pad_id: PAD_ID,
-        flags: trace::PAD_SRC | trace::PAD_PEER_IS_SINK | trace::PAD_ELEMENT_IS_SOURCE,
-        element: "kernel",
-        pad: "src",
-        factory: "kuprobe",
-        klass: "Source/Network",
-        peer_element: "app",
-        peer_pad: "sink",
-        path: "kuprobe",
-    };
     writer
         .info(&[
             ("process", process),
@@ -274,8 +255,8 @@ fn open_trace(process: &str, pid: u32, tid: u32) -> Result<(TraceWriter, PathBuf
             ("realtime_ns", &rt),
             ("monotonic_ns", &mono),
         ])
-        .and_then(|_| writer.thread(1, tid, "kuprobe"))
-        .and_then(|_| writer.pad(&pad))
+        .and_then(|_| writer.thread(THREAD_IDX, tid, "kuprobe"))
+        .and_then(|_| writer.pad(&trace::probe_pad()))
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok((writer, path))
 }
@@ -297,7 +278,7 @@ fn run(args: &Args) -> Result<Counts, String> {
     let (mut writer, path) = open_trace(&process, pid, tid)?;
     install_signal_handlers();
     wait_stamping(fd, args)?;
-    let (tx, rx) = mpsc::channel::<Vec<u8>>();
+    let (tx, rx) = mpsc::channel::<Vec<Record>>();
     let writer_thread = thread::Builder::new()
         .name("kuprobe-writer".into())
         .spawn(move || -> io::Result<TraceWriter> {
@@ -319,7 +300,7 @@ fn run(args: &Args) -> Result<Counts, String> {
         .map_err(|_| "writer thread panicked".to_string())?
         .map_err(|e| format!("{}: {e}", path.display()))?;
     writer
-        .finish(now_ns(libc::CLOCK_MONOTONIC))
+        .finish(monotonic_ns())
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(counts)
 }
@@ -329,9 +310,9 @@ fn run(args: &Args) -> Result<Counts, String> {
 /// if no narrow pair was found in a few tries.
 fn realtime_offset() -> Option<i128> {
     for _ in 0..PAIR_TRIES {
-        let before = now_ns(libc::CLOCK_MONOTONIC);
-        let realtime = now_ns(libc::CLOCK_REALTIME);
-        let after = now_ns(libc::CLOCK_MONOTONIC);
+        let before = monotonic_ns();
+        let realtime = realtime_ns();
+        let after = monotonic_ns();
         if after - before <= PAIR_MAX_NS {
             return Some(realtime as i128 - (before as i128 + after as i128) / 2);
         }
@@ -339,27 +320,27 @@ fn realtime_offset() -> Option<i128> {
     None
 }
 
-fn receive_loop(fd: libc::c_int, tx: &mpsc::Sender<Vec<u8>>) -> Result<Counts, String> {
+fn receive_loop(fd: libc::c_int, tx: &mpsc::Sender<Vec<Record>>) -> Result<Counts, String> {
     let mut buf = vec![0u8; MAX_PACKET];
     let mut control = [0u64; 64];
-    let mut batch: Vec<u8> = Vec::with_capacity(4096 * RECORD_SIZE);
+    let mut batch: Vec<Record> = Vec::with_capacity(BATCH);
     let mut counts = Counts::default();
-    let mut last_flush = now_ns(libc::CLOCK_MONOTONIC);
+    let mut last_flush = monotonic_ns();
     let mut offset = realtime_offset().ok_or("cannot pair CLOCK_REALTIME with CLOCK_MONOTONIC")?;
     while !STOP.load(Ordering::SeqCst) {
         let got = receive(fd, &mut buf, &mut control);
-        let read_ns = now_ns(libc::CLOCK_MONOTONIC);
+        let read_ns = monotonic_ns();
         if let Some(packet) = got {
             offset = realtime_offset().unwrap_or(offset);
             counts.packets += 1;
-            let rtp = Rtp::parse(&buf[..packet.size]);
+            let rtp = RtpHeader::parse(&buf[..packet.size]);
             counts.rtp += rtp.is_some() as u64;
             match packet.kernel_realtime_ns {
                 Some(kernel_rt) => {
                     let kernel_mono = (kernel_rt as i128 - offset) as u64;
                     let size = packet.size as u32;
-                    trace::record(&mut batch, kernel_mono, PAD_ID, KIND_PUSH, size, rtp);
-                    trace::record(&mut batch, read_ns, PAD_ID, KIND_DONE, size, rtp);
+                    batch.push(packet_record(kernel_mono, kind::PUSH, size, rtp.as_ref()));
+                    batch.push(packet_record(read_ns, kind::DONE, size, rtp.as_ref()));
                 }
                 None => counts.unstamped += 1,
             }
@@ -370,7 +351,7 @@ fn receive_loop(fd: libc::c_int, tx: &mpsc::Sender<Vec<u8>>) -> Result<Counts, S
             }
         }
         if read_ns.saturating_sub(last_flush) >= FLUSH_NS && !batch.is_empty() {
-            let full = mem::replace(&mut batch, Vec::with_capacity(4096 * RECORD_SIZE));
+            let full = mem::replace(&mut batch, Vec::with_capacity(BATCH));
             tx.send(full)
                 .map_err(|_| "writer thread ended".to_string())?;
             last_flush = read_ns;

@@ -1,107 +1,51 @@
-// Writer of latlab trace files (docs/trace-format.md, version 1): the subset the probe
-// needs (header, INFO, THREAD, PAD, EVENTS, END).
+// The probe's latlab trace file (docs/trace-format.md): header, INFO, THREAD, PAD,
+// EVENTS and END, encoded by the shared `lltrace` crate.
 
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
-const MAGIC: &[u8; 8] = b"LLTRACE\0";
-const VERSION: u16 = 1;
-const HEADER_SIZE: u16 = 32;
-pub const RECORD_SIZE: usize = 80;
-const NONE_U64: u64 = u64::MAX;
+use lltrace::chunk::{self, PadDesc};
+use lltrace::{Record, RtpHeader};
 
-const CHUNK_INFO: u32 = 1;
-const CHUNK_PAD: u32 = 2;
-const CHUNK_THREAD: u32 = 3;
-const CHUNK_EVENTS: u32 = 4;
-const CHUNK_END: u32 = 8;
+/// The one pad the probe records on, and the one thread.
+pub const PAD_ID: u32 = 1;
+pub const THREAD_IDX: u32 = 1;
 
-pub const PAD_SRC: u32 = 1;
-pub const PAD_PEER_IS_SINK: u32 = 2;
-pub const PAD_ELEMENT_IS_SOURCE: u32 = 8;
-
-pub const KIND_PUSH: u8 = 0;
-pub const KIND_DONE: u8 = 1;
-pub const FLAG_RTP: u8 = 1;
-pub const FLAG_MARKER: u8 = 2;
-
-/// RTP header fields of a packet (valid when the payload is a version-2 RTP packet).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Rtp {
-    pub ssrc: u32,
-    pub timestamp: u32,
-    pub seq: u16,
-    pub payload_type: u8,
-    pub marker: bool,
-}
-
-impl Rtp {
-    /// The RTP header of `packet`, if it is one.
-    pub fn parse(packet: &[u8]) -> Option<Rtp> {
-        if packet.len() < 12 || packet[0] >> 6 != 2 {
-            return None;
-        }
-        Some(Rtp {
-            seq: u16::from_be_bytes([packet[2], packet[3]]),
-            timestamp: u32::from_be_bytes([packet[4], packet[5], packet[6], packet[7]]),
-            ssrc: u32::from_be_bytes([packet[8], packet[9], packet[10], packet[11]]),
-            payload_type: packet[1] & 0x7f,
-            marker: packet[1] & 0x80 != 0,
-        })
+/// The record of one packet at `t_ns`: `push` at the kernel's receive time, `done` at
+/// the application's read; the RTP fields when the payload is RTP.
+pub fn packet_record(t_ns: u64, kind: u8, size: u32, rtp: Option<&RtpHeader>) -> Record {
+    let mut r = Record::empty(t_ns, PAD_ID, THREAD_IDX, kind);
+    r.size = size;
+    if let Some(h) = rtp {
+        r.set_rtp(h);
     }
+    r
 }
 
-/// One 80-byte event record.
-pub fn record(out: &mut Vec<u8>, t_ns: u64, pad_id: u32, kind: u8, size: u32, rtp: Option<Rtp>) {
-    let r = rtp.unwrap_or_default();
-    let mut flags = 0u8;
-    if rtp.is_some() {
-        flags |= FLAG_RTP;
-        if r.marker {
-            flags |= FLAG_MARKER;
-        }
+/// The pad `kernel:src` (a source element) feeding the sink element `app`.
+pub fn probe_pad() -> PadDesc {
+    PadDesc {
+        pad_id: PAD_ID,
+        flags: chunk::pad_flags::SRC
+            | chunk::pad_flags::PEER_IS_SINK
+            | chunk::pad_flags::ELEMENT_IS_SOURCE,
+        pipeline_id: 0,
+        element: "kernel".into(),
+        pad: "src".into(),
+        factory: "kuprobe".into(),
+        klass: "Source/Network".into(),
+        peer_element: "app".into(),
+        peer_pad: "sink".into(),
+        peer_factory: "kuprobe".into(),
+        parent_path: "kuprobe".into(),
     }
-    out.extend_from_slice(&t_ns.to_le_bytes());
-    for _ in 0..5 {
-        out.extend_from_slice(&NONE_U64.to_le_bytes()); // pts, dts, duration, offsets
-    }
-    out.extend_from_slice(&pad_id.to_le_bytes());
-    out.extend_from_slice(&1u32.to_le_bytes()); // thread_idx
-    out.extend_from_slice(&size.to_le_bytes());
-    out.extend_from_slice(&0u32.to_le_bytes()); // buffer flags
-    out.extend_from_slice(&r.ssrc.to_le_bytes());
-    out.extend_from_slice(&r.timestamp.to_le_bytes());
-    out.extend_from_slice(&r.seq.to_le_bytes());
-    out.push(r.payload_type);
-    out.push(kind);
-    out.push(flags);
-    out.push(0);
-    out.extend_from_slice(&0u16.to_le_bytes());
-}
-
-fn string(out: &mut Vec<u8>, text: &str) {
-    let bytes = &text.as_bytes()[..text.len().min(u16::MAX as usize)];
-    out.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
-    out.extend_from_slice(bytes);
-}
-
-/// Description of the one pad the probe records.
-pub struct PadInfo<'a> {
-    pub pad_id: u32,
-    pub flags: u32,
-    pub element: &'a str,
-    pub pad: &'a str,
-    pub factory: &'a str,
-    pub klass: &'a str,
-    pub peer_element: &'a str,
-    pub peer_pad: &'a str,
-    pub path: &'a str,
 }
 
 /// A trace file being written.
 pub struct TraceWriter {
     file: BufWriter<File>,
+    buf: Vec<u8>,
     events: u64,
 }
 
@@ -109,82 +53,50 @@ impl TraceWriter {
     /// Create `path` and write the header.
     pub fn create(path: &Path, pid: u32, start_mono_ns: u64) -> io::Result<Self> {
         let mut file = BufWriter::new(File::create(path)?);
-        let mut header = Vec::with_capacity(HEADER_SIZE as usize);
-        header.extend_from_slice(MAGIC);
-        header.extend_from_slice(&VERSION.to_le_bytes());
-        header.extend_from_slice(&HEADER_SIZE.to_le_bytes());
-        header.extend_from_slice(&(RECORD_SIZE as u16).to_le_bytes());
-        header.extend_from_slice(&0u16.to_le_bytes());
-        header.extend_from_slice(&pid.to_le_bytes());
-        header.extend_from_slice(&0u32.to_le_bytes());
-        header.extend_from_slice(&start_mono_ns.to_le_bytes());
-        file.write_all(&header)?;
-        Ok(Self { file, events: 0 })
+        file.write_all(&chunk::header(pid, start_mono_ns))?;
+        Ok(Self {
+            file,
+            buf: Vec::new(),
+            events: 0,
+        })
     }
 
-    fn chunk(&mut self, kind: u32, payload: &[u8]) -> io::Result<()> {
-        self.file.write_all(&kind.to_le_bytes())?;
-        self.file.write_all(&(payload.len() as u32).to_le_bytes())?;
-        self.file.write_all(payload)
+    /// Writes what `encode` appends to the chunk buffer.
+    fn put(&mut self, encode: impl FnOnce(&mut Vec<u8>)) -> io::Result<()> {
+        self.buf.clear();
+        encode(&mut self.buf);
+        self.file.write_all(&self.buf)
     }
 
     /// INFO chunk of key/value pairs.
     pub fn info(&mut self, pairs: &[(&str, &str)]) -> io::Result<()> {
-        let mut payload = Vec::new();
-        for (key, value) in pairs {
-            string(&mut payload, key);
-            string(&mut payload, value);
-        }
-        self.chunk(CHUNK_INFO, &payload)
+        self.put(|out| chunk::info(out, pairs))
     }
 
     /// THREAD chunk.
     pub fn thread(&mut self, idx: u32, tid: u32, name: &str) -> io::Result<()> {
-        let mut payload = Vec::new();
-        payload.extend_from_slice(&idx.to_le_bytes());
-        payload.extend_from_slice(&tid.to_le_bytes());
-        string(&mut payload, name);
-        self.chunk(CHUNK_THREAD, &payload)
+        self.put(|out| chunk::thread(out, idx, tid, name))
     }
 
     /// PAD chunk.
-    pub fn pad(&mut self, pad: &PadInfo) -> io::Result<()> {
-        let mut payload = Vec::new();
-        payload.extend_from_slice(&pad.pad_id.to_le_bytes());
-        payload.extend_from_slice(&pad.flags.to_le_bytes());
-        payload.extend_from_slice(&0u64.to_le_bytes()); // no pipeline
-        for text in [
-            pad.element,
-            pad.pad,
-            pad.factory,
-            pad.klass,
-            pad.peer_element,
-            pad.peer_pad,
-            pad.factory,
-            pad.path,
-        ] {
-            string(&mut payload, text);
-        }
-        self.chunk(CHUNK_PAD, &payload)
+    pub fn pad(&mut self, pad: &PadDesc) -> io::Result<()> {
+        self.put(|out| chunk::pad(out, pad))
     }
 
-    /// EVENTS chunk from whole records; flushed to the file.
-    pub fn events(&mut self, records: &[u8]) -> io::Result<()> {
+    /// EVENTS chunk of `records` (none if empty); flushed to the file.
+    pub fn events(&mut self, records: &[Record]) -> io::Result<()> {
         if records.is_empty() {
             return Ok(());
         }
-        self.chunk(CHUNK_EVENTS, records)?;
-        self.events += (records.len() / RECORD_SIZE) as u64;
+        self.put(|out| chunk::events(out, records))?;
+        self.events += records.len() as u64;
         self.file.flush()
     }
 
     /// END chunk, then close.
     pub fn finish(mut self, t_ns: u64) -> io::Result<()> {
-        let mut payload = Vec::with_capacity(24);
-        payload.extend_from_slice(&t_ns.to_le_bytes());
-        payload.extend_from_slice(&self.events.to_le_bytes());
-        payload.extend_from_slice(&0u64.to_le_bytes());
-        self.chunk(CHUNK_END, &payload)?;
+        let written = self.events;
+        self.put(|out| chunk::end(out, t_ns, written, 0))?;
         self.file.flush()
     }
 }
@@ -192,28 +104,65 @@ impl TraceWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use lltrace::kind;
 
-    #[test]
-    fn parses_rtp_header() {
-        let packet = [
-            0x80, 0xe0, 0x12, 0x34, 0, 0, 0x01, 0x00, 0xde, 0xad, 0xbe, 0xef, 9,
-        ];
-        let rtp = Rtp::parse(&packet).unwrap();
-        assert_eq!(rtp.seq, 0x1234);
-        assert_eq!(rtp.timestamp, 256);
-        assert_eq!(rtp.ssrc, 0xdeadbeef);
-        assert_eq!(rtp.payload_type, 96);
-        assert!(rtp.marker);
-        assert_eq!(Rtp::parse(&packet[..11]), None);
-        assert_eq!(Rtp::parse(&[0u8; 12]), None);
+    /// What the probe's own encoder wrote before the shared crate (trace format
+    /// version 1): two packet records, then the whole file below.
+    const RECORDS_HEX: &str = concat!(
+        "e803000000000000ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff",
+        "ffffffffffffffff0100000001000000cc00000000000000cdab3412e00100000700600003000000",
+        "d007000000000000ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff",
+        "ffffffffffffffff0100000001000000070000000000000000000000000000000000000100000000",
+    );
+    const FILE_HEX: &str = concat!(
+        "4c4c5452414345000100200050000000e11000000000000040420f0000000000010000001a000000",
+        "070070726f6365737302006b750800686f73746e616d650100680300000011000000010000006300",
+        "000007006b7570726f62650200000053000000010000000b000000000000000000000006006b6572",
+        "6e656c030073726307006b7570726f62650e00536f757263652f4e6574776f726b03006170700400",
+        "73696e6b07006b7570726f626507006b7570726f626504000000a0000000e803000000000000ffff",
+        "ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff0100",
+        "000001000000cc00000000000000cdab3412e00100000700600003000000d007000000000000ffff",
+        "ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff0100",
+        "0000010000000700000000000000000000000000000000000001000000000800000018000000404b",
+        "4c000000000002000000000000000000000000000000",
+    );
+
+    fn hex(bytes: &[u8]) -> String {
+        bytes.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn records() -> [Record; 2] {
+        let rtp = RtpHeader {
+            ssrc: 0x1234abcd,
+            timestamp: 480,
+            seq: 7,
+            payload_type: 96,
+            marker: true,
+        };
+        [
+            packet_record(1000, kind::PUSH, 204, Some(&rtp)),
+            packet_record(2000, kind::DONE, 7, None),
+        ]
     }
 
     #[test]
-    fn record_is_80_bytes() {
-        let mut out = Vec::new();
-        record(&mut out, 5, 1, KIND_DONE, 100, Some(Rtp::default()));
-        assert_eq!(out.len(), RECORD_SIZE);
-        assert_eq!(out[75], KIND_DONE);
-        assert_eq!(out[76], FLAG_RTP);
+    fn records_are_the_version_1_bytes() {
+        let bytes: Vec<u8> = records().iter().flat_map(|r| r.to_bytes()).collect();
+        assert_eq!(hex(&bytes), RECORDS_HEX);
+    }
+
+    #[test]
+    fn file_is_the_version_1_bytes() {
+        let path = std::env::temp_dir().join(format!("kuprobe-{}.lltrace", std::process::id()));
+        let mut w = TraceWriter::create(&path, 4321, 1_000_000).unwrap();
+        w.info(&[("process", "ku"), ("hostname", "h")]).unwrap();
+        w.thread(THREAD_IDX, 99, "kuprobe").unwrap();
+        w.pad(&probe_pad()).unwrap();
+        w.events(&records()).unwrap();
+        w.events(&[]).unwrap();
+        w.finish(5_000_000).unwrap();
+        let data = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(hex(&data), FILE_HEX);
     }
 }

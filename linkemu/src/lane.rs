@@ -16,8 +16,8 @@ use crate::config::PartialImpairment;
 use crate::log::{self, LogRings, Record};
 use crate::model::{Fate, Model};
 use crate::net::{self, PacketSocket};
-use crate::ring::Spsc;
 use crate::rt;
+use lltrace::Spsc;
 
 /// Bytes per packet slot (frames are at most 1514 bytes with offloads disabled).
 pub const SLOT_SIZE: usize = 2048;
@@ -60,7 +60,7 @@ impl Pool {
     }
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Default)]
 struct Pending {
     slot: u32,
     len: u32,

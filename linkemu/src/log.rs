@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::ring::Spsc;
+use lltrace::Spsc;
 
 pub const MAGIC: &[u8; 8] = b"LLLINK\0\0";
 pub const VERSION: u16 = 1;

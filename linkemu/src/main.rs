@@ -17,7 +17,6 @@ mod lane;
 mod log;
 mod model;
 mod net;
-mod ring;
 mod rt;
 
 use std::fs::File;
@@ -28,6 +27,7 @@ use std::sync::Arc;
 
 use config::Config;
 use lane::Lane;
+use lltrace::Spsc;
 use net::PacketSocket;
 
 struct Args {
@@ -136,7 +136,7 @@ fn run() -> Result<(), String> {
 
     let logs = Arc::new(log::LogRings {
         rings: (0..4)
-            .map(|_| Arc::new(ring::Spsc::new(lane::LOG_RING)))
+            .map(|_| Arc::new(Spsc::new(lane::LOG_RING)))
             .collect(),
         lost: AtomicU64::new(0),
     });
@@ -195,7 +195,19 @@ fn run() -> Result<(), String> {
     }
 }
 
+/// A panic in any thread ends the process, as `panic = "abort"` did before the crates
+/// shared one release profile (the tracer's must unwind): a lane thread that died
+/// must not leave the emulator running without it.
+fn abort_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        std::process::abort();
+    }));
+}
+
 fn main() -> ExitCode {
+    abort_on_panic();
     match run() {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -3,6 +3,8 @@
 use std::ffi::CString;
 use std::mem::{size_of, zeroed};
 
+use lltrace::RtpHeader;
+
 use crate::log::Record;
 
 const ETH_P_ALL: u16 = 0x0003;
@@ -205,22 +207,21 @@ pub fn inspect(frame: &[u8], rec: &mut Record) {
 }
 
 fn inspect_rtp(p: &[u8], rec: &mut Record) {
-    if p.len() < 12 {
+    let Some(rtp) = RtpHeader::parse(p) else {
         return;
-    }
-    let pt = p[1] & 0x7f;
-    // RTP version 2; payload types 72..=76 are RTCP (SR, RR, SDES, BYE, APP).
-    if p[0] >> 6 != 2 || (72..=76).contains(&pt) {
+    };
+    // Payload types 72..=76 are RTCP (SR, RR, SDES, BYE, APP).
+    if (72..=76).contains(&rtp.payload_type) {
         return;
     }
     rec.flags |= crate::log::FLAG_RTP;
-    if p[1] & 0x80 != 0 {
+    if rtp.marker {
         rec.flags |= crate::log::FLAG_RTP_MARKER;
     }
-    rec.rtp_pt = pt;
-    rec.rtp_seq = be16(p, 2);
-    rec.rtp_ts = be32(p, 4);
-    rec.rtp_ssrc = be32(p, 8);
+    rec.rtp_pt = rtp.payload_type;
+    rec.rtp_seq = rtp.seq;
+    rec.rtp_ts = rtp.timestamp;
+    rec.rtp_ssrc = rtp.ssrc;
 }
 
 const TS_PACKET: usize = 188;

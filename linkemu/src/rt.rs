@@ -2,23 +2,9 @@
 
 use std::sync::atomic::AtomicU32;
 
-/// CLOCK_MONOTONIC now, in nanoseconds.
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-fn timespec(ns: u64) -> libc::timespec {
-    libc::timespec {
-        tv_sec: (ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
-    }
-}
+/// CLOCK_MONOTONIC now, in nanoseconds (the clock every trace and link log uses).
+pub use lltrace::clock::monotonic_ns as now_ns;
+use lltrace::clock::timespec;
 
 /// Block while `word` holds `expected`, until `deadline_ns` on CLOCK_MONOTONIC (absolute)
 /// or a [`futex_wake`]. FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC timeout, so this

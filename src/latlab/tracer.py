@@ -8,7 +8,7 @@ from pathlib import Path
 from latlab.errors import EnvironmentProblem
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PLUGIN_DIR = REPO_ROOT / "tracer" / "target" / "release"
+PLUGIN_DIR = REPO_ROOT / "target" / "release"  # the Cargo workspace's build
 PLUGIN_FILE = PLUGIN_DIR / "libgstlatlab.so"
 
 
@@ -23,7 +23,7 @@ def plugin_dir() -> Path:
     if not (directory / "libgstlatlab.so").is_file():
         raise TracerNotBuilt(
             f"{directory / 'libgstlatlab.so'}: tracer plugin not built "
-            "(run: cargo build --release --manifest-path tracer/Cargo.toml)"
+            "(run: cargo build --release)"
         )
     return directory
 

@@ -11,21 +11,10 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::process::ExitCode;
 
-fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid pointer to a timespec.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+use lltrace::clock::{monotonic_ns as now_ns, timespec};
 
 fn sleep_until(ns: u64) {
-    let ts = libc::timespec {
-        tv_sec: (ns / 1_000_000_000) as libc::time_t,
-        tv_nsec: (ns % 1_000_000_000) as libc::c_long,
-    };
+    let ts = timespec(ns);
     // SAFETY: valid timespec.
     unsafe {
         libc::clock_nanosleep(

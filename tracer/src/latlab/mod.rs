@@ -9,19 +9,27 @@
 //! * `stats-interval-ms`: interval of the `STATS` chunks (else env
 //!   `LATLAB_STATS_INTERVAL_MS`, else 100; 0 disables them)
 
+use std::sync::LazyLock;
+
 use gst::glib;
 use gst::prelude::*;
 
-mod chunk;
 mod imp;
 mod pes;
-mod record;
 mod recorder;
-mod ring;
 mod settings;
 mod signals;
 mod stats;
 mod writer;
+
+/// The tracer's debug category: `GST_DEBUG=latlab:5` shows its messages.
+pub static CAT: LazyLock<gst::DebugCategory> = LazyLock::new(|| {
+    gst::DebugCategory::new(
+        "latlab",
+        gst::DebugColorFlags::empty(),
+        Some("latlab tracer"),
+    )
+});
 
 glib::wrapper! {
     /// The latlab tracer object.
@@ -31,5 +39,6 @@ glib::wrapper! {
 
 /// Registers the `latlab` tracer factory with `plugin`.
 pub fn register(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    LazyLock::force(&CAT); // listed by `gst-inspect-1.0 --gst-debug-help` from now on
     gst::Tracer::register(Some(plugin), "latlab", LatlabTracer::static_type())
 }

@@ -4,7 +4,7 @@
 //! and never grows; scanning a buffer reads its bytes in place, allocates
 //! nothing and takes no lock. Malformed packets are skipped, never trusted.
 
-use super::record::NONE;
+use lltrace::NONE;
 
 /// Size of a TS packet.
 pub const TS_PACKET: usize = 188;

@@ -16,12 +16,15 @@ use std::time::{Duration, Instant};
 use gst::glib;
 use gst::prelude::*;
 
+use lltrace::chunk::clock_flags;
+use lltrace::clock::monotonic_ns;
+use lltrace::{flags, kind, Record, Spsc, NONE};
+
 use super::pes::{plausible_ts_size, PesStart, PesTracker, TS_PACKET};
-use super::record::{flags, kind, Record, NONE};
-use super::ring::Ring;
 use super::settings::Settings;
 use super::signals::WakePipe;
 use super::writer::Writer;
+use super::CAT;
 
 /// Depth of the per-thread stack of in-flight pushes (pushes nest).
 const STACK_DEPTH: usize = 32;
@@ -33,28 +36,6 @@ static RECORDER: OnceLock<Recorder> = OnceLock::new();
 
 thread_local! {
     static LOCAL: RefCell<Option<Local>> = const { RefCell::new(None) };
-}
-
-/// CLOCK_MONOTONIC in nanoseconds.
-#[inline]
-pub fn monotonic_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
-}
-
-/// CLOCK_REALTIME in nanoseconds.
-pub fn realtime_ns() -> u64 {
-    clock_ns(libc::CLOCK_REALTIME)
-}
-
-#[inline]
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid timespec to fill in.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Shared, atomically updated facts about a pad.
@@ -70,7 +51,7 @@ pub struct ThreadSlot {
     pub tid: u32,
     /// Thread name when it was first seen.
     pub name: String,
-    pub ring: Ring,
+    pub ring: Spsc<Record>,
     /// Cleared when the thread exits; the writer then drains and frees the slot.
     pub alive: AtomicBool,
 }
@@ -154,7 +135,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Opens the trace and starts the writer; `false` if nothing will be recorded.
 pub fn start(settings: &Settings) -> bool {
     if RECORDER.get().is_some() {
-        eprintln!("latlab tracer: already recording, ignoring another instance");
+        gst::warning!(CAT, "already recording, ignoring another instance");
         return false;
     }
     let pid = std::process::id();
@@ -167,14 +148,14 @@ pub fn start(settings: &Settings) -> bool {
     ) {
         Ok(w) => w,
         Err(e) => {
-            eprintln!("latlab tracer: cannot open {}: {e}", path.display());
+            gst::error!(CAT, "cannot open {}: {e}", path.display());
             return false;
         }
     };
     let pipe = match WakePipe::new() {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("latlab tracer: cannot create a pipe: {e}");
+            gst::error!(CAT, "cannot create a pipe: {e}");
             return false;
         }
     };
@@ -188,7 +169,7 @@ pub fn start(settings: &Settings) -> bool {
     match handle {
         Ok(h) => *lock(&rec.writer) = Some(h),
         Err(e) => {
-            eprintln!("latlab tracer: cannot start the writer thread: {e}");
+            gst::error!(CAT, "cannot start the writer thread: {e}");
             rec.stop.store(true, Ordering::SeqCst);
             return false;
         }
@@ -196,6 +177,12 @@ pub fn start(settings: &Settings) -> bool {
     rec.pipe.install_signal_handlers();
     // SAFETY: registering a plain extern "C" function.
     unsafe { libc::atexit(at_exit) };
+    gst::info!(
+        CAT,
+        "recording to {} (ring of {} records per streaming thread)",
+        path.display(),
+        rec.ring_capacity
+    );
     true
 }
 
@@ -221,6 +208,12 @@ pub fn shutdown() {
         if let Some(h) = lock(&rec.writer).take() {
             let _ = h.join();
         }
+    } else {
+        gst::warning!(
+            CAT,
+            "the writer did not close the trace within {:?}",
+            SHUTDOWN_TIMEOUT
+        );
     }
 }
 
@@ -339,7 +332,7 @@ impl Recorder {
             idx: self.next_thread_idx.fetch_add(1, Ordering::Relaxed),
             tid: gettid(),
             name: current_thread_name(),
-            ring: Ring::with_capacity(self.ring_capacity),
+            ring: Spsc::new(self.ring_capacity),
             alive: AtomicBool::new(true),
         });
         lock(&self.threads).push(slot.clone());
@@ -464,7 +457,7 @@ impl Local {
 
     #[inline]
     fn emit(&self, rec: &Recorder, r: &Record) {
-        if !self.slot.ring.push(r) {
+        if self.slot.ring.push(*r).is_err() {
             rec.dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -478,7 +471,7 @@ impl Local {
         }
         let Local { slot, pes, .. } = self;
         let mut emit = |p: &PesStart| {
-            if !slot.ring.push(&pes_record(push, p)) {
+            if slot.ring.push(pes_record(push, p)).is_err() {
                 rec.dropped.fetch_add(1, Ordering::Relaxed);
             }
         };
@@ -798,7 +791,11 @@ impl ClockSample {
         let before = monotonic_ns();
         let clock_time = clock.as_ref().and_then(|c| c.time());
         let after = monotonic_ns();
-        let flags = clock.as_ref().is_some_and(is_monotonic_system_clock) as u32;
+        let flags = if clock.as_ref().is_some_and(is_monotonic_system_clock) {
+            clock_flags::SYSTEM_MONOTONIC
+        } else {
+            0
+        };
         ClockSample {
             pipeline_id,
             pipeline: pipeline.clone(),

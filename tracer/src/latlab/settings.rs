@@ -5,6 +5,8 @@ use std::str::FromStr;
 
 use gst::prelude::*;
 
+use super::CAT;
+
 /// Default per-thread ring capacity in records.
 pub const DEFAULT_RING: usize = 65536;
 /// Default interval of the `STATS` chunks in milliseconds.
@@ -24,7 +26,8 @@ pub struct Settings {
 impl Settings {
     /// Parses `params` (e.g. `dir=/tmp/x,process=sender`) as a `gst::Structure`.
     ///
-    /// Unknown fields and unparsable params are reported on stderr and ignored.
+    /// Unknown fields and unparsable params are reported (debug category `latlab`,
+    /// level WARNING) and ignored.
     pub fn from_params(params: Option<&str>) -> Self {
         let params = params.map(str::trim).unwrap_or_default();
         if params.is_empty() {
@@ -33,7 +36,7 @@ impl Settings {
         let s = match gst::Structure::from_str(&format!("latlab,{params}")) {
             Ok(s) => s,
             Err(_) => {
-                eprintln!("latlab tracer: cannot parse params '{params}', ignoring them");
+                gst::warning!(CAT, "cannot parse params '{params}', ignoring them");
                 return Settings::default();
             }
         };
@@ -51,7 +54,7 @@ impl Settings {
                 ("stats-interval-ms", Some(v)) => {
                     settings.stats_interval_ms = v.trim().parse().ok()
                 }
-                (other, _) => eprintln!("latlab tracer: ignoring unknown param '{other}'"),
+                (other, _) => gst::warning!(CAT, "ignoring unknown param '{other}'"),
             }
         }
         settings

@@ -5,7 +5,7 @@ use gst::glib;
 use gst::prelude::*;
 use serde_json::{Map, Number, Value};
 
-use super::recorder::monotonic_ns;
+use lltrace::clock::monotonic_ns;
 
 /// Elements with a readable `stats` structure property, held weakly.
 #[derive(Default)]

@@ -8,10 +8,13 @@ use std::sync::atomic::Ordering;
 
 use gst::prelude::*;
 
-use super::chunk::{self, ChunkWriter, ClockDesc, PadDesc};
-use super::recorder::{monotonic_ns, realtime_ns, ClockSample, Note, Recorder};
+use lltrace::chunk::{self, ChunkWriter, ClockDesc, PadDesc};
+use lltrace::clock::{monotonic_ns, realtime_ns};
+
+use super::recorder::{ClockSample, Note, Recorder};
 use super::signals;
 use super::stats::StatsElements;
+use super::CAT;
 
 /// Normal pause between two cycles.
 const CYCLE_MS: i32 = 10;
@@ -113,6 +116,11 @@ impl Writer {
         let dropped = rec.dropped.load(Ordering::Relaxed);
         chunk::end(&mut self.buf, monotonic_ns(), self.written, dropped);
         self.flush();
+        gst::info!(
+            CAT,
+            "trace closed: {} events written, {dropped} dropped",
+            self.written
+        );
     }
 
     fn flush(&mut self) {
@@ -120,7 +128,7 @@ impl Writer {
             return;
         }
         if let Err(e) = self.file.write_all(&self.buf) {
-            eprintln!("latlab tracer: cannot write the trace: {e}");
+            gst::error!(CAT, "cannot write the trace, recording stops: {e}");
             self.failed = true;
         }
     }
@@ -252,6 +260,11 @@ impl Writer {
     fn write_drops(&mut self, rec: &Recorder) {
         let dropped = rec.dropped.load(Ordering::Relaxed);
         if dropped != self.last_drops {
+            gst::debug!(
+                CAT,
+                "{} events dropped since the last cycle (a ring was full), {dropped} in all",
+                dropped - self.last_drops
+            );
             self.last_drops = dropped;
             chunk::drops(&mut self.buf, monotonic_ns(), dropped);
         }

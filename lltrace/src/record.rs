@@ -30,7 +30,40 @@ pub mod flags {
     pub const RANDOM_ACCESS: u8 = 8;
 }
 
+/// The fields of a fixed RTP header that a record carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RtpHeader {
+    pub ssrc: u32,
+    pub timestamp: u32,
+    pub seq: u16,
+    /// 7 bits.
+    pub payload_type: u8,
+    pub marker: bool,
+}
+
+impl RtpHeader {
+    /// The header of `packet` if it is at least 12 bytes with version bits 2.
+    #[inline]
+    pub fn parse(packet: &[u8]) -> Option<RtpHeader> {
+        if packet.len() < 12 || packet[0] >> 6 != 2 {
+            return None;
+        }
+        Some(RtpHeader {
+            ssrc: u32::from_be_bytes([packet[8], packet[9], packet[10], packet[11]]),
+            timestamp: u32::from_be_bytes([packet[4], packet[5], packet[6], packet[7]]),
+            seq: u16::from_be_bytes([packet[2], packet[3]]),
+            payload_type: packet[1] & 0x7f,
+            marker: packet[1] & 0x80 != 0,
+        })
+    }
+}
+
 /// One event, as stored in the per-thread rings and written to the file.
+///
+/// A `pes` record reuses the buffer fields (`docs/trace-format.md`, kind 3): `pts`/`dts`
+/// are the PES's 90 kHz values, `offset`/`offset_end` the previous PES's `t_ns` and
+/// elementary-stream bytes, `size` the TS packet's offset in the buffer, `rtp_ssrc` the
+/// PID, `rtp_ts` the `PES_packet_length` and `rtp_pt` the stream_id.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Record {
     pub t_ns: u64,
@@ -69,25 +102,35 @@ impl Record {
         }
     }
 
+    /// Fills the RTP fields and sets [`flags::RTP`] (and [`flags::MARKER`]).
+    #[inline]
+    pub fn set_rtp(&mut self, h: &RtpHeader) {
+        self.rtp_ssrc = h.ssrc;
+        self.rtp_ts = h.timestamp;
+        self.rtp_seq = h.seq;
+        self.rtp_pt = h.payload_type;
+        self.flags |= flags::RTP;
+        if h.marker {
+            self.flags |= flags::MARKER;
+        }
+    }
+
     /// Fills the RTP fields from a 12-byte fixed RTP header.
     ///
     /// Does nothing and returns `false` unless the version bits are 2.
+    #[inline]
     pub fn set_rtp_header(&mut self, hdr: &[u8; 12]) -> bool {
-        if hdr[0] >> 6 != 2 {
-            return false;
+        match RtpHeader::parse(hdr) {
+            Some(h) => {
+                self.set_rtp(&h);
+                true
+            }
+            None => false,
         }
-        self.rtp_pt = hdr[1] & 0x7f;
-        self.rtp_seq = u16::from_be_bytes([hdr[2], hdr[3]]);
-        self.rtp_ts = u32::from_be_bytes([hdr[4], hdr[5], hdr[6], hdr[7]]);
-        self.rtp_ssrc = u32::from_be_bytes([hdr[8], hdr[9], hdr[10], hdr[11]]);
-        self.flags |= flags::RTP;
-        if hdr[1] & 0x80 != 0 {
-            self.flags |= flags::MARKER;
-        }
-        true
     }
 
     /// Encodes the record little-endian into `out` (the file layout).
+    #[inline]
     pub fn encode(&self, out: &mut [u8; RECORD_SIZE]) {
         out[0..8].copy_from_slice(&self.t_ns.to_le_bytes());
         out[8..16].copy_from_slice(&self.pts.to_le_bytes());
@@ -108,11 +151,72 @@ impl Record {
         out[77] = 0;
         out[78..80].copy_from_slice(&self.list_index.to_le_bytes());
     }
+
+    /// The encoded record.
+    #[inline]
+    pub fn to_bytes(&self) -> [u8; RECORD_SIZE] {
+        let mut b = [0u8; RECORD_SIZE];
+        self.encode(&mut b);
+        b
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fixture::{hex, record_fixtures};
+
+    fn u64_at(b: &[u8], o: usize) -> u64 {
+        u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
+    }
+
+    fn u32_at(b: &[u8], o: usize) -> u32 {
+        u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
+    }
+
+    fn u16_at(b: &[u8], o: usize) -> u16 {
+        u16::from_le_bytes([b[o], b[o + 1]])
+    }
+
+    /// Every field read back by hand at its documented offset.
+    fn decoded_by_hand(b: &[u8; RECORD_SIZE]) -> Record {
+        assert_eq!(b[77], 0, "reserved byte");
+        Record {
+            t_ns: u64_at(b, 0),
+            pts: u64_at(b, 8),
+            dts: u64_at(b, 16),
+            duration: u64_at(b, 24),
+            offset: u64_at(b, 32),
+            offset_end: u64_at(b, 40),
+            pad_id: u32_at(b, 48),
+            thread_idx: u32_at(b, 52),
+            size: u32_at(b, 56),
+            buffer_flags: u32_at(b, 60),
+            rtp_ssrc: u32_at(b, 64),
+            rtp_ts: u32_at(b, 68),
+            rtp_seq: u16_at(b, 72),
+            rtp_pt: b[74],
+            kind: b[75],
+            flags: b[76],
+            list_index: u16_at(b, 78),
+        }
+    }
+
+    #[test]
+    fn every_kind_encodes_to_the_version_1_bytes_and_decodes_back() {
+        let fixtures = record_fixtures();
+        let kinds: Vec<u8> = fixtures.iter().map(|(_, r, _)| r.kind).collect();
+        assert_eq!(kinds, [kind::PUSH, kind::DONE, kind::EOS, kind::PES]);
+        for (name, record, expected) in fixtures {
+            let bytes = record.to_bytes();
+            assert_eq!(hex(&bytes), expected, "{name}: bytes differ from version 1");
+            assert_eq!(
+                decoded_by_hand(&bytes),
+                record,
+                "{name}: fields do not round-trip"
+            );
+        }
+    }
 
     #[test]
     fn encodes_every_field_at_its_offset() {
@@ -137,27 +241,11 @@ mod tests {
         };
         let mut b = [0xAAu8; RECORD_SIZE];
         r.encode(&mut b);
-        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
-        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
-        assert_eq!(u64_at(0), 0x0102030405060708);
         assert_eq!(b[0], 0x08);
-        assert_eq!(u64_at(8), 1);
-        assert_eq!(u64_at(16), NONE);
-        assert_eq!(u64_at(24), 3);
-        assert_eq!(u64_at(32), 4);
-        assert_eq!(u64_at(40), 5);
-        assert_eq!(u32_at(48), 6);
-        assert_eq!(u32_at(52), 7);
-        assert_eq!(u32_at(56), 8);
-        assert_eq!(u32_at(60), 9);
-        assert_eq!(u32_at(64), 10);
-        assert_eq!(u32_at(68), 11);
-        assert_eq!(u16::from_le_bytes([b[72], b[73]]), 12);
-        assert_eq!(b[74], 13);
-        assert_eq!(b[75], 1);
-        assert_eq!(b[76], 5);
+        assert_eq!(u64_at(&b, 0), 0x0102030405060708);
+        assert_eq!(u64_at(&b, 16), NONE);
         assert_eq!(b[77], 0);
-        assert_eq!(u16::from_le_bytes([b[78], b[79]]), 0x0203);
+        assert_eq!(decoded_by_hand(&b), r);
     }
 
     #[test]
@@ -173,6 +261,10 @@ mod tests {
         assert_eq!(r.rtp_ts, 0xdeadbeef);
         assert_eq!(r.rtp_ssrc, 0x01020304);
         assert_eq!(r.flags, flags::RTP | flags::MARKER);
+        let mut packet = hdr.to_vec();
+        packet.push(9);
+        assert_eq!(RtpHeader::parse(&packet).map(|h| h.seq), Some(0x1234));
+        assert_eq!(RtpHeader::parse(&packet[..11]), None);
     }
 
     #[test]
@@ -180,6 +272,7 @@ mod tests {
         let mut r = Record::default();
         assert!(!r.set_rtp_header(&[0x40; 12]));
         assert_eq!(r, Record::default());
+        assert_eq!(RtpHeader::parse(&[0u8; 12]), None);
     }
 
     #[test]
