@@ -95,10 +95,10 @@ def test_print_env_loads_the_tracer(tmp_path: Path) -> None:
 def test_record_refusals_are_one_line_before_the_command_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from latlab.lab import rundir
+    from latlab.lab import environment
     from latlab.lab.record import record
 
-    monkeypatch.setattr(rundir, "gstreamer_version", lambda: None)  # env.json: no gst-launch
+    monkeypatch.setattr(environment, "gstreamer_version", lambda: None)  # env.json: faster
     out, marker = tmp_path / "rec", tmp_path / "ran"
     assert record(["true"], out, "rx", trace=False) == 0
     scenario_dir = tmp_path / "scenario-run"

@@ -18,7 +18,8 @@ from typing import IO
 
 import pytest
 
-from latlab.lab import rundir
+from latlab import rundir
+from latlab.lab import environment
 from latlab.lab.record import RecordError, print_env, record
 from latlab.lab.runner import run_scenario
 from latlab.lab.scenario import parse_scenario
@@ -31,14 +32,14 @@ REPO = Path(__file__).resolve().parent.parent
 
 TRACE = is_built()
 # Recorders started as child processes below: env.json without asking gst-launch-1.0.
-NO_GST = "from latlab.lab import rundir; rundir.gstreamer_version = lambda: None; "
+NO_GST = "from latlab.lab import environment; environment.gstreamer_version = lambda: None; "
 
 
 @pytest.fixture(autouse=True)
 def _no_gstreamer_version(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Fast-tier tests write env.json without running gst-launch-1.0 --version."""
+    """Fast-tier tests write env.json without running gst-launch-1.0 --version (faster)."""
     if not request.node.get_closest_marker("e2e"):
-        monkeypatch.setattr(rundir, "gstreamer_version", lambda: None)
+        monkeypatch.setattr(environment, "gstreamer_version", lambda: None)
 
 
 @pytest.mark.e2e

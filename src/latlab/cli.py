@@ -20,6 +20,7 @@ from rich.table import Table
 from latlab.errors import INTERNAL, INTERRUPTED, TERMINATED, LatlabError, UserInputError
 from latlab.lab.scenario import Scenario
 from latlab.lab.signals import Terminated
+from latlab.rundir import SUMMARY_FILE, SWEEP_FILE, is_sweep_dir
 
 app = typer.Typer(
     name="latlab",
@@ -90,7 +91,7 @@ def run(
         raise
     summary = summary_of(out, unit_ms or spec.analysis.unit_ms)
     render_summary(summary, console, wide=_wide(wide))
-    console.print(f"[dim]summary: {out / 'summary.json'}[/dim]")
+    console.print(f"[dim]summary: {out / SUMMARY_FILE}[/dim]")
     _fail_on_black_box_error(summary)
 
 
@@ -117,7 +118,7 @@ def _run_sweep(
         err_console.print(f"latlab: sweep stopped; finished points and sweep.json are in {out}")
         raise
     render_sweep(result.sweep, console, wide=wide)
-    console.print(f"[dim]sweep: {out / 'sweep.json'}[/dim]")
+    console.print(f"[dim]sweep: {out / SWEEP_FILE}[/dim]")
     if result.failed:
         total = len(result.sweep["points"])
         err_console.print(f"latlab: {len(result.failed)} of {total} points failed", highlight=False)
@@ -222,11 +223,11 @@ def report(
 
         written = report_html(run_dir, out, unit_ms)
         console.print(f"report: {written}", highlight=False)
-        summary_file = run_dir / "summary.json"
+        summary_file = run_dir / SUMMARY_FILE
         if summary_file.is_file():
             _fail_on_black_box_error(json.loads(summary_file.read_text(encoding="utf-8")))
         return
-    if (run_dir / "sweep.json").is_file():
+    if is_sweep_dir(run_dir):
         _report_sweep(run_dir, as_json, _wide(wide))
         return
     summary = summary_of(run_dir, unit_ms)

@@ -23,13 +23,20 @@ from latlab.ingest.browser_records import read_browser_logs
 from latlab.ingest.events import EventTable, load_run
 from latlab.ingest.link_events import read_link_logs
 from latlab.ingest.link_log import LinkLog, traffic_summary
-from latlab.rundir import ELEMENT_STATS_FILE, EVENTS_FILE, RESOURCES_FILE, SUMMARY_FILE, read_run
+from latlab.rundir import (
+    ELEMENT_STATS_FILE,
+    EVENTS_FILE,
+    RESOURCES_FILE,
+    SCENARIO_FILE,
+    SUMMARY_FILE,
+    read_run,
+)
 
 
 def run_metadata(run_dir: Path) -> dict[str, Any]:
     """run.json of a run directory (plus the scenario's unit), or a stand-in for bare traces."""
     meta = read_run(run_dir) or {"name": run_dir.name}
-    scenario_path = run_dir / "scenario.toml"
+    scenario_path = run_dir / SCENARIO_FILE
     if "unit_ms" not in meta and scenario_path.is_file():
         with suppress(tomllib.TOMLDecodeError, OSError, ValueError, TypeError):
             analysis = tomllib.loads(scenario_path.read_text()).get("analysis", {})

@@ -8,11 +8,18 @@ latlab's, so every layer may use it.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from latlab.errors import UserInputError
+from latlab.errors import DirectoryNotEmpty, UserInputError
 
 RUN_SCHEMA = "latlab.run/1"
 ENV_SCHEMA = "latlab.env/1"
@@ -30,13 +37,21 @@ LOGS = "logs"
 LINKS = "links"
 BROWSERS = "browsers"
 SIGNAL = "signal"
+PAGESERVER_LOG = "pageserver"  # logs/pageserver.stdout and .stderr (browser runs)
+LAB_STATE_FILE = "lab.json"  # a standing lab (latlab lab up): its state, in its directory
+LOCK_FILE = "run.lock"  # latlab record: processes that share a run take it to update run.json
 TRACE_SUFFIX = ".lltrace"
+LINK_LOG_SUFFIX = ".lllink"
+BROWSER_RECORDS_SUFFIX = ".jsonl"
+DEVTOOLS_SUFFIX = ".devtools"  # logs/NAME.devtools: a browser's DevTools conversation
 # What the analysis writes.
 SUMMARY_FILE = "summary.json"
 EVENTS_FILE = "events.parquet"
 ELEMENT_STATS_FILE = "element-stats.parquet"
 BLACKBOX_FILE = "blackbox.parquet"
 ANALYSIS_DIR = "analysis"
+ANALYSIS_MANIFEST = "manifest.json"
+ARROW_SUFFIX = ".arrow"  # in analysis/, with stream-N.arrow and timeline-N.arrow
 REPORT_FILE = "report.html"
 
 # A sweep directory (latlab.sweep/1): sweep.json and one run directory per point.
@@ -102,3 +117,81 @@ def read_sweep(sweep_dir: Path) -> dict[str, Any]:
             f"{path}: unknown schema {data.get('schema')!r} (expected {SWEEP_SCHEMA})"
         )
     return data
+
+
+@dataclass(frozen=True)
+class Instant:
+    """One moment on both the wall clock (ISO-8601 UTC) and CLOCK_MONOTONIC (ns)."""
+
+    iso: str
+    monotonic_ns: int
+
+    @classmethod
+    def now(cls) -> Instant:
+        """The current moment."""
+        mono = time.monotonic_ns()
+        return cls(datetime.now(UTC).isoformat(timespec="microseconds"), mono)
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` as indented JSON (atomically: temp file, then rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def prepare(out_dir: Path) -> None:
+    """Create ``out_dir`` with ``traces/`` and ``logs/``; refuse a non-empty existing dir."""
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise DirectoryNotEmpty(f"{out_dir}: run directory exists and is not empty")
+    make_layout(out_dir)
+
+
+def make_layout(out_dir: Path) -> None:
+    """Create ``out_dir`` with ``traces/`` and ``logs/`` (those that exist are kept)."""
+    (out_dir / TRACES).mkdir(parents=True, exist_ok=True)
+    (out_dir / LOGS).mkdir(exist_ok=True)
+
+
+@contextmanager
+def locked(out_dir: Path) -> Iterator[None]:
+    """Hold the run directory's lock file (``run.lock``, flock) while the block runs.
+
+    Creates ``out_dir`` if needed. Processes that update one run.json together take it
+    around each read-modify-write.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(out_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the only descriptor releases the lock
+
+
+def trace_files(out_dir: Path) -> list[Path]:
+    """Trace files written under ``out_dir/traces``, sorted by name."""
+    directory = out_dir / TRACES
+    return sorted(p for p in directory.iterdir() if p.is_file()) if directory.is_dir() else []
+
+
+def trace_file(process: str, pid: int) -> str:
+    """The name of a process's trace in ``traces/``."""
+    return f"{process}-{pid}{TRACE_SUFFIX}"
+
+
+def process_logs(run_dir: Path, process: str) -> tuple[Path, Path]:
+    """Where a process's standard output and error go: ``logs/NAME.stdout``, ``.stderr``."""
+    logs = Path(run_dir) / LOGS
+    return logs / f"{process}.stdout", logs / f"{process}.stderr"
+
+
+def trace_dir(run_dir: Path) -> Path:
+    """Where a run's traces are: ``traces/``, or the directory itself (bare traces)."""
+    traces = Path(run_dir) / TRACES
+    return traces if traces.is_dir() else Path(run_dir)
+
+
+def analysis_stream_file(index: int, what: str = "stream") -> str:
+    """A stored analysis's file for stream ``index`` (``stream`` or ``timeline``)."""
+    return f"{what}-{index}{ARROW_SUFFIX}"

@@ -17,6 +17,7 @@ import numpy as np
 
 from latlab.ingest.trace_format import EVENT_DTYPE, NONE_U64, EventFlag, Kind, PadFlag
 from latlab.ingest.trace_writer import TraceWriter
+from latlab.rundir import trace_file
 
 MS = 1_000_000
 US = 1_000
@@ -233,7 +234,7 @@ def _write_chain(w: TraceWriter, chain: list[tuple[str, str]]) -> None:
 
 
 def _write_sender(out_dir: Path, p: SyntheticRtpAudio, s: _Sender) -> None:
-    with TraceWriter(out_dir / "sender-100.lltrace", pid=100) as w:
+    with TraceWriter(out_dir / trace_file("sender", 100), pid=100) as w:
         w.info(process="sender", hostname="synthetic")
         _write_chain(
             w,
@@ -264,7 +265,7 @@ def _write_receiver(out_dir, p, s, arrivals, rel, jb, split) -> None:
     arr_idx, arr_t = arrivals
     recv_pts, jb_out, depay = jb
     split_pts, split_push, render = split
-    with TraceWriter(out_dir / "receiver-200.lltrace", pid=200) as w:
+    with TraceWriter(out_dir / trace_file("receiver", 200), pid=200) as w:
         w.info(process="receiver", hostname="synthetic")
         _write_chain(
             w,

@@ -22,10 +22,13 @@ def plugin_dir() -> Path:
     directory = Path(override) if override else PLUGIN_DIR
     if not (directory / "libgstlatlab.so").is_file():
         raise TracerNotBuilt(
-            f"{directory / 'libgstlatlab.so'}: tracer plugin not built "
-            "(run: cargo build --release)"
+            f"{directory / 'libgstlatlab.so'}: tracer plugin not built (run: cargo build --release)"
         )
     return directory
+
+
+DEBUG_CATEGORY = "latlab"  # the tracer's GStreamer debug category
+WARNING_LEVEL = 2  # GST_LEVEL_WARNING: warnings and errors
 
 
 def is_built() -> bool:
@@ -40,11 +43,14 @@ def is_built() -> bool:
 def tracer_env(trace_dir: Path | str, process: str | None = None) -> dict[str, str]:
     """Environment variables that load the tracer into any GStreamer application.
 
-    Traces land in ``trace_dir`` as ``PROCESS-PID.lltrace``.
+    Traces land in ``trace_dir`` as ``PROCESS-PID.lltrace``. The tracer logs through the
+    GStreamer debug category ``latlab``; its warnings and errors (a trace it cannot write,
+    events it dropped) are shown unless ``GST_DEBUG`` already sets that category.
     """
     env = {
         "GST_PLUGIN_PATH": _prepend_path(str(plugin_dir()), os.environ.get("GST_PLUGIN_PATH")),
         "GST_TRACERS": _add_tracer(os.environ.get("GST_TRACERS")),
+        "GST_DEBUG": _with_warnings(os.environ.get("GST_DEBUG")),
         "LATLAB_TRACE_DIR": str(Path(trace_dir).resolve()),
     }
     if process:
@@ -55,6 +61,14 @@ def tracer_env(trace_dir: Path | str, process: str | None = None) -> dict[str, s
 def _prepend_path(first: str, rest: str | None) -> str:
     parts = [first] + [p for p in (rest or "").split(os.pathsep) if p and p != first]
     return os.pathsep.join(parts)
+
+
+def _with_warnings(existing: str | None) -> str:
+    """``GST_DEBUG`` with the tracer's category at WARNING unless it is already set."""
+    entries = [e for e in (existing or "").split(",") if e]
+    if any(e.split(":")[0] == "latlab" for e in entries):
+        return ",".join(entries)
+    return ",".join([*entries, f"{DEBUG_CATEGORY}:{WARNING_LEVEL}"])
 
 
 def _add_tracer(existing: str | None) -> str:

@@ -27,13 +27,18 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from latlab.analysis.segments import StreamAnalysis, analyze_journeys
-from latlab.rundir import ANALYSIS_DIR, analysis_inputs
+from latlab.rundir import (
+    ANALYSIS_DIR,
+    ANALYSIS_MANIFEST,
+    ARROW_SUFFIX,
+    analysis_inputs,
+    analysis_stream_file,
+)
 from latlab.stitch.journeys import Journeys
 from latlab.stitch.paths import StreamPath
 from latlab.stitch.position import RtpClock
 
 SCHEMA = "latlab.analysis/1"
-MANIFEST = "manifest.json"
 # The code whose output the store holds: a change to any of it makes a store stale.
 CODE_PACKAGES = ("ingest", "stitch", "analysis")
 CODE_MODULES = ("pipeline.py", "rundir.py")
@@ -85,11 +90,11 @@ def write(
     fingerprint taken before the analysis read them."""
     store = run_dir / ANALYSIS_DIR
     store.mkdir(exist_ok=True)
-    for old in store.glob("*.arrow"):
+    for old in store.glob(f"*{ARROW_SUFFIX}"):
         old.unlink()
     for i, stream in enumerate(streams):
-        _write_arrow(store / f"stream-{i}.arrow", _journey_columns(stream.journeys))
-        _write_arrow(store / f"timeline-{i}.arrow", stream.timeline)
+        _write_arrow(store / analysis_stream_file(i), _journey_columns(stream.journeys))
+        _write_arrow(store / analysis_stream_file(i, "timeline"), stream.timeline)
     manifest = {
         "schema": SCHEMA,
         "code_version": code_version(),
@@ -99,9 +104,9 @@ def write(
         "processes": processes,
         "threads": [list(t) for t in threads],
     }
-    partial = store / (MANIFEST + ".tmp")
+    partial = store / (ANALYSIS_MANIFEST + ".tmp")
     partial.write_text(json.dumps(manifest), encoding="utf-8")
-    partial.replace(store / MANIFEST)
+    partial.replace(store / ANALYSIS_MANIFEST)
 
 
 def current_manifest(
@@ -110,7 +115,9 @@ def current_manifest(
     """The store's manifest if the store is current for ``unit_ms`` and ``summary``
     (summary.json) is the one it was stored with, else None."""
     try:
-        manifest = json.loads((run_dir / ANALYSIS_DIR / MANIFEST).read_text(encoding="utf-8"))
+        manifest = json.loads(
+            (run_dir / ANALYSIS_DIR / ANALYSIS_MANIFEST).read_text(encoding="utf-8")
+        )
     except (OSError, ValueError):
         return None
     current = (
@@ -146,13 +153,13 @@ def read(run_dir: Path, unit_ms: float, summary: dict[str, Any]) -> Stored | Non
 
 
 def _stream(store: Path, i: int, description: dict, figures: dict) -> StreamAnalysis:
-    columns = _read_arrow(store / f"stream-{i}.arrow")
+    columns = _read_arrow(store / analysis_stream_file(i))
     journeys = _journeys(description, columns)
     stream = analyze_journeys(journeys, figures.get("cadence", {}))
     stream.intervals = figures.get("intervals", {})
     stream.adaptation = figures.get("adaptation", [])
     stream.functions = figures.get("browser_functions", {})
-    stream.timeline = _read_arrow(store / f"timeline-{i}.arrow")
+    stream.timeline = _read_arrow(store / analysis_stream_file(i, "timeline"))
     return stream
 
 

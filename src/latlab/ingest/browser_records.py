@@ -18,8 +18,8 @@ import numpy as np
 
 from latlab.ingest.chrome_trace import ChromeSlices, find_chrome_trace, read_chrome_trace
 from latlab.ingest.trace_reader import TraceError
+from latlab.rundir import BROWSER_RECORDS_SUFFIX, BROWSERS
 
-BROWSERS_DIR = "browsers"
 MISSING = -1
 FRAME_FIELDS = ("t_ms", "capture_ms", "receive_ms", "abs_capture_ms")
 
@@ -74,7 +74,9 @@ class BrowserLog:
 
 def read_browser_logs(run_dir: Path) -> list[BrowserLog]:
     """The records of every browser of a run (none if it had no browser)."""
-    return [read_browser_log(p) for p in sorted((run_dir / BROWSERS_DIR).glob("*.jsonl"))]
+    return [
+        read_browser_log(p) for p in sorted((run_dir / BROWSERS).glob(f"*{BROWSER_RECORDS_SUFFIX}"))
+    ]
 
 
 def read_browser_log(path: Path) -> BrowserLog:

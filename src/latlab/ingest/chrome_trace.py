@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 
 from latlab.ingest.trace_reader import TraceError
+from latlab.rundir import TRACES
 
 TRACE_SUFFIX = ".pftrace"
-TRACES_DIR = "traces"
 MONOTONIC = 3  # Perfetto's BUILTIN_CLOCK_MONOTONIC
 SLICE_BEGIN, SLICE_END = 1, 2
 SEQUENCE_CLEARED = 1  # TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
@@ -68,7 +68,7 @@ class ChromeSlices:
 def chrome_trace_path(records_dir: Path, browser: str) -> Path:
     """Where a browser's trace goes: a directory of its own, as Chromium writes to a
     temporary file beside it and renames it when tracing ends."""
-    return records_dir / TRACES_DIR / browser / f"{browser}{TRACE_SUFFIX}"
+    return records_dir / TRACES / browser / f"{browser}{TRACE_SUFFIX}"
 
 
 def find_chrome_trace(records_dir: Path, browser: str) -> Path | None:

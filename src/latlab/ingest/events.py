@@ -31,6 +31,8 @@ from latlab.ingest.trace_reader import (
     open_trace,
 )
 from latlab.ingest.workers import parallel_map
+from latlab.rundir import TRACE_SUFFIX
+from latlab.rundir import trace_dir as rundir_traces
 
 
 @dataclass
@@ -242,8 +244,8 @@ def time_segments(records: list[SegmentRecord]) -> dict[int, PadSegments]:
 
 def find_traces(run_dir: Path) -> list[Path]:
     """Trace files of a run directory (``traces/*.lltrace``, or the directory itself)."""
-    trace_dir = run_dir / "traces" if (run_dir / "traces").is_dir() else run_dir
-    return sorted(trace_dir.glob("*.lltrace"))
+    trace_dir = rundir_traces(run_dir)
+    return sorted(trace_dir.glob(f"*{TRACE_SUFFIX}"))
 
 
 READ_WORKERS = 2  # files read at once (each maps its file and holds a grouped copy)

@@ -28,6 +28,7 @@ import numpy as np
 from latlab.ingest.link_log import LinkLog, read_link_log
 from latlab.ingest.trace_format import EVENT_DTYPE, NONE_U64, EventFlag, Kind, PadFlag
 from latlab.ingest.trace_reader import PadInfo, Trace
+from latlab.rundir import LINK_LOG_SUFFIX, LINKS
 
 LINK_PROCESS = "link"
 LINK_FACTORY = "latlab-linkemu"
@@ -74,7 +75,7 @@ def link_trace(
 
 def read_link_logs(run_dir: Path) -> list[LinkLog]:
     """The logs of a run's emulated links (``run_dir/links/*.lllink``)."""
-    return [read_link_log(path) for path in sorted((run_dir / "links").glob("*.lllink"))]
+    return [read_link_log(path) for path in sorted((run_dir / LINKS).glob(f"*{LINK_LOG_SUFFIX}"))]
 
 
 def merge_link_logs(logs: Sequence[LinkLog]) -> Trace | None:

@@ -51,6 +51,7 @@ from latlab.lab.process import STOP_STEPS as PIPELINE_STOP_STEPS
 from latlab.lab.process import ChildProcess
 from latlab.lab.scenario import Call, Process, Scenario
 from latlab.lab.signals import signals_deferred
+from latlab.rundir import BROWSER_RECORDS_SUFFIX, BROWSERS, DEVTOOLS_SUFFIX, LOGS, PAGESERVER_LOG
 
 CHROMIUM = Path("/usr/lib/chromium/chromium")  # the /usr/bin wrapper misbehaves here
 DEVTOOLS_FLAGS = ("--remote-debugging-port=0",)  # its port: PROFILE/DevToolsActivePort
@@ -69,7 +70,6 @@ CHROMIUM_FLAGS = (
     "--enable-logging=stderr",
     "--v=0",
 )
-BROWSERS_DIR = "browsers"
 WEBRTC_DIR = "webrtc"  # records of the webrtcbin peers
 SYSTEM_PYTHON = Path("/usr/bin/python3")  # has gi (PyGObject); the project's venv has not
 GST_PEER = Path(__file__).resolve().parent / "gstpeer.py"
@@ -327,7 +327,7 @@ class BrowserLab:
     @property
     def records_dir(self) -> Path:
         """``<run dir>/browsers``."""
-        return self.run_dir / BROWSERS_DIR
+        return self.run_dir / BROWSERS
 
     @property
     def webrtc_dir(self) -> Path:
@@ -377,7 +377,7 @@ class BrowserLab:
         ip("-n", host_ns, "rule", "add", "from", f"{SUBNET_BASE}.{k}.2", "lookup", table)
 
     def _start_server(self) -> None:
-        logs = self.run_dir / "logs"
+        logs = self.run_dir / LOGS
         peers = [arg for p in self.browsers for arg in ("--peer", p.name)]
         if self.gst_peers:
             peers += ["--gst-out", str(self.webrtc_dir)]
@@ -387,8 +387,8 @@ class BrowserLab:
         self.server = ChildProcess(
             name="pageserver",
             argv=["ip", "netns", "exec", self.namespace, *argv],
-            stdout_log=logs / "pageserver.stdout",
-            stderr_log=logs / "pageserver.stderr",
+            stdout_log=logs / f"{PAGESERVER_LOG}.stdout",
+            stderr_log=logs / f"{PAGESERVER_LOG}.stderr",
             exited=self.exited,
             ready_marker="ready",
             on_line=self.tracker.on_line,
@@ -507,7 +507,7 @@ class BrowserLab:
         its trace; False (then signals stop it) if it could not be asked."""
         profile = self.records_dir / PROFILES_DIR / proc.name
         argv = [sys.executable, "-m", "latlab.lab.devtools", str(profile)]
-        log = self.run_dir / "logs" / f"{proc.name}.devtools"
+        log = self.run_dir / LOGS / f"{proc.name}{DEVTOOLS_SUFFIX}"
         try:
             with log.open("w", encoding="utf-8") as out:
                 done = subprocess.run(
@@ -631,7 +631,7 @@ class BrowserLab:
             "jitterbuffer_ms": proc.jitterbuffer_ms,
             "user_data_dir": str((self.records_dir / PROFILES_DIR / proc.name)
                                  .relative_to(self.run_dir)),
-            "records": f"{BROWSERS_DIR}/{proc.name}.jsonl",
+            "records": f"{BROWSERS}/{proc.name}{BROWSER_RECORDS_SUFFIX}",
             **self._peer_progress(proc, child),
         }  # fmt: skip
 
@@ -691,7 +691,7 @@ class BrowserLab:
             "stopped": server.stopped if server else "not-started",
             "cpu_s": self.cpu_at_stop.get(""),
             "exit_code": server.popen.returncode if server and server.popen else None,
-            "stdout": "logs/pageserver.stdout",
-            "stderr": "logs/pageserver.stderr",
-            "default_audio": (f"{BROWSERS_DIR}/{DEFAULT_AUDIO}" if self.default_audio else None),
+            "stdout": f"{LOGS}/{PAGESERVER_LOG}.stdout",
+            "stderr": f"{LOGS}/{PAGESERVER_LOG}.stderr",
+            "default_audio": (f"{BROWSERS}/{DEFAULT_AUDIO}" if self.default_audio else None),
         }  # fmt: skip

@@ -40,7 +40,6 @@ REPO = Path(__file__).resolve().parents[3]
 LINKEMU = REPO / "target" / "release" / "latlab-linkemu"
 UDPGEN = REPO / "target" / "release" / "latlab-udpgen"
 BACKEND_DIRECT = "direct"
-LINKS_DIR = "links"
 READY_MARKER = "ready"
 READY_TIMEOUT_S = 5.0
 STOP_STEPS: tuple[tuple[signal.Signals, str, float | None], ...] = (

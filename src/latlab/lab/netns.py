@@ -37,6 +37,7 @@ from latlab.lab import netem
 from latlab.lab.links import LinkPlan
 from latlab.lab.process import failure_line
 from latlab.lab.signals import signals_deferred, sigterm_raises
+from latlab.rundir import LINKS
 
 if TYPE_CHECKING:
     from latlab.lab.scenario import Scenario
@@ -422,7 +423,7 @@ class Lab:
                     if cpu is not None:
                         emulated.steer_receive_away(namespace, dev, cpu)
             self._address_hosts(link)
-            out = (self.run_dir or Path(tempfile.mkdtemp(prefix="llab-links-"))) / "links"
+            out = (self.run_dir or Path(tempfile.mkdtemp(prefix="llab-links-"))) / LINKS
             emulator = emulated.Emulator(link, router, (r_a, r_b), config, out, self.exited)
             self.emulators[link.index] = emulator
             emulator.start(os.environ)

@@ -27,11 +27,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from latlab import rundir
 from latlab.errors import UserInputError
-from latlab.lab import rundir
+from latlab.lab.environment import environment
 from latlab.tracer import tracer_env
 
-RUN_FILE = "run.json"
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 NAME_RULE = "letters, digits, '.', '_', '-', not starting with '.', '_' or '-'; at most 64"
 STOPPED_BY = {signal.SIGINT: "sigint", signal.SIGTERM: "sigterm"}
@@ -123,7 +123,7 @@ def _start(
         run = _joinable_run(out_dir, name, joining)
         if run is None:
             rundir.make_layout(out_dir)
-            rundir.write_json(out_dir / "env.json", rundir.environment())
+            rundir.write_json(out_dir / rundir.ENV_FILE, environment())
         started = rundir.Instant.now()
         run = run or _new_run(name, started, bool(tracing))
         procs = run["processes"] = [p for p in run["processes"] if p["name"] != name]
@@ -142,9 +142,9 @@ def _start(
 def _joinable_run(out_dir: Path, name: str, joining: bool) -> dict[str, Any] | None:
     """The record run that ``name`` may join (None: start a new one there: the directory
     is new, empty, or its run never started a process), else RecordError saying why not."""
-    if not any(p.name != rundir.LOCK for p in out_dir.iterdir()):
+    if not any(p.name != rundir.LOCK_FILE for p in out_dir.iterdir()):
         return None
-    if not (out_dir / RUN_FILE).is_file():
+    if not (out_dir / rundir.RUN_FILE).is_file():
         raise RecordError(f"{out_dir}: not empty and not a latlab run directory (no run.json)")
     run = _read_run(out_dir)
     if all(p["stopped"] == "not-started" for p in run["processes"]):
@@ -161,7 +161,7 @@ def _joinable_run(out_dir: Path, name: str, joining: bool) -> dict[str, Any] | N
 
 def _read_run(out_dir: Path) -> dict[str, Any]:
     """run.json of a record run; RecordError if it is not one."""
-    path = out_dir / RUN_FILE
+    path = out_dir / rundir.RUN_FILE
     try:
         run = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -194,7 +194,7 @@ def _write_run(out_dir: Path, run: dict[str, Any]) -> None:
     ends = [p["stopped_monotonic_ns"] for p in procs if p["stopped_monotonic_ns"] is not None]
     start = run["started_monotonic_ns"]
     run["duration_s"] = round((max(ends) - start) / 1e9, 6) if ends else 0.0
-    rundir.write_json(out_dir / RUN_FILE, run)
+    rundir.write_json(out_dir / rundir.RUN_FILE, run)
 
 
 def _failure(process: dict[str, Any]) -> str | None:

@@ -27,12 +27,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from latlab import rundir
 from latlab.errors import MeasurementError
 from latlab.ingest.trace_format import Kind
 from latlab.ingest.trace_reader import TraceError, open_trace
-from latlab.lab import rundir
 from latlab.lab.browser import BrowserError, BrowserLab, check_browsers
 from latlab.lab.devices import DeviceError, Devices, cleanup_stale_devices
+from latlab.lab.environment import environment
 from latlab.lab.netns import Lab, LabError, cleanup_stale
 from latlab.lab.process import ChildProcess
 from latlab.lab.resources import ResourceSampler
@@ -130,7 +131,7 @@ def run_scenario(
         raise RunError(f"{GST_LAUNCH} not found on PATH")
     rundir.prepare(out_dir)
     _copy_scenario(scenario, out_dir)
-    rundir.write_json(out_dir / "env.json", rundir.environment())
+    rundir.write_json(out_dir / rundir.ENV_FILE, environment())
     cleanup_stale()
     cleanup_stale_devices()
     return _Run(scenario, out_dir, trace, progress).execute()
@@ -138,7 +139,7 @@ def run_scenario(
 
 def _copy_scenario(scenario: Scenario, out_dir: Path) -> None:
     source = Path(scenario.source)
-    target = out_dir / "scenario.toml"
+    target = out_dir / rundir.SCENARIO_FILE
     if source.is_file():
         shutil.copyfile(source, target)
     else:
@@ -525,7 +526,7 @@ class _Run:
 
     def _write_run_json(self) -> None:
         with signals_deferred():
-            rundir.write_json(self.out_dir / "run.json", self._run_json())
+            rundir.write_json(self.out_dir / rundir.RUN_FILE, self._run_json())
 
 
 def _stop_in_reverse(children: list[ChildProcess]) -> None:

@@ -31,8 +31,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from latlab import rundir
 from latlab.errors import UserInputError
-from latlab.lab import rundir
 from latlab.lab.netns import (
     STANDING_OWNER,
     Lab,
@@ -47,7 +47,6 @@ from latlab.lab.scenario import load_scenario
 from latlab.lab.signals import signals_deferred, sigterm_raises
 
 STATE_SCHEMA = "latlab.lab/1"
-STATE_FILE = "lab.json"
 STOP_GRACE_S = 3.0
 
 
@@ -69,7 +68,7 @@ def state_dir() -> Path:
 
 def state_path() -> Path:
     """The state file of the standing lab."""
-    return state_dir() / STATE_FILE
+    return state_dir() / rundir.LAB_STATE_FILE
 
 
 def read_state() -> dict[str, Any] | None:
@@ -117,7 +116,7 @@ def lab_up(scenario_file: Path, out_dir: Path | None = None) -> dict[str, Any]:
             state = _state(lab, scenario_file, scenario.name, out_dir)
             state_dir().mkdir(parents=True, exist_ok=True)
             rundir.write_json(state_path(), state)
-            rundir.write_json(out_dir / STATE_FILE, state)
+            rundir.write_json(out_dir / rundir.LAB_STATE_FILE, state)
         except BaseException:
             lab.down()
             raise
@@ -209,7 +208,7 @@ def lab_down() -> dict[str, Any]:
     out_dir = Path(state["out_dir"])
     if out_dir.is_dir():
         final = {**state, "stopped": stopped, "down_at": rundir.Instant.now().iso}
-        rundir.write_json(out_dir / STATE_FILE, final)
+        rundir.write_json(out_dir / rundir.LAB_STATE_FILE, final)
     if errors:
         raise LabError(errors[0])
     return state

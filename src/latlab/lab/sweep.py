@@ -19,8 +19,9 @@ from typing import Any
 
 from rich.console import Console
 
+from latlab import rundir
 from latlab.errors import DirectoryNotEmpty
-from latlab.lab import rundir
+from latlab.lab.environment import environment
 from latlab.lab.runner import run_scenario
 from latlab.lab.scenario import Scenario, ScenarioError, parse_scenario, point_name
 from latlab.lab.signals import Terminated, signals_deferred, sigterm_raises
@@ -171,10 +172,10 @@ def _prepare(scenario: Scenario, out_dir: Path) -> None:
     (out_dir / POINTS_DIR).mkdir(parents=True, exist_ok=True)
     source = Path(scenario.source)
     if source.is_file():
-        shutil.copyfile(source, out_dir / "scenario.toml")
+        shutil.copyfile(source, out_dir / rundir.SCENARIO_FILE)
     else:
-        (out_dir / "scenario.toml").write_text(scenario.text, encoding="utf-8")
-    rundir.write_json(out_dir / "env.json", rundir.environment())
+        (out_dir / rundir.SCENARIO_FILE).write_text(scenario.text, encoding="utf-8")
+    rundir.write_json(out_dir / rundir.ENV_FILE, environment())
 
 
 def _new_sweep_json(scenario: Scenario, points: list[SweepPoint]) -> dict[str, Any]:

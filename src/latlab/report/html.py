@@ -24,9 +24,9 @@ from latlab.report.html_composite import composite
 from latlab.report.html_data import CHARTS, MAX_POINTS, run_model, to_json
 from latlab.report.html_sweep import sweep_model
 from latlab.report.table import COLUMNS
+from latlab.rundir import REPORT_FILE
 
 ASSETS = Path(__file__).with_name("assets")
-REPORT_FILE = "report.html"
 STAT_COLUMNS = COLUMNS  # the terminal table's statistics, in its order
 
 
@@ -351,10 +351,10 @@ def write_html(text: str, out: Path) -> Path:
 def report_html(run_dir: Path, out: Path | None, unit_ms: float | None = None) -> Path:
     """Analyse a run (or read a sweep) and write its HTML report; returns the file written."""
     from latlab.pipeline import analysis_of
-    from latlab.rundir import read_sweep
+    from latlab.rundir import is_sweep_dir, read_sweep
 
     target = out or run_dir / REPORT_FILE
-    if (run_dir / "sweep.json").is_file():
+    if is_sweep_dir(run_dir):
         sweep = read_sweep(run_dir)
         return write_html(sweep_html(sweep, composite(run_dir, sweep)), target)
     analysis = analysis_of(run_dir, unit_ms)
