@@ -24,9 +24,10 @@ fi
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-step "ruff"
+step "ruff, import layers"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/lint-imports  # the layers of docs/architecture.md (pyproject.toml)
 step "cargo fmt, clippy, test"
 cargo fmt --all -- --check
 cargo clippy --workspace --release --quiet --all-targets -- -D warnings

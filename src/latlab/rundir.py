@@ -37,6 +37,16 @@ LOGS = "logs"
 LINKS = "links"
 BROWSERS = "browsers"
 SIGNAL = "signal"
+# In signal/ (a [signal] table, the black box): what was played and what was recorded,
+# and the rigs' timing logs.
+SENT_WAV = "sent.wav"
+RECEIVED_WAV = "received.wav"
+INJECTED_WAV = "injected.wav"  # a device end: what its capture device delivered
+INJECT_LOG = "inject.parquet"
+RECORD_LOG = "record.parquet"
+# The elements latlab puts into a GStreamer end of [signal] (their probes are in its trace).
+SIGNAL_SOURCE_ELEMENT = "latlab_signal_in"
+SIGNAL_SINK_ELEMENT = "latlab_signal_out"
 PAGESERVER_LOG = "pageserver"  # logs/pageserver.stdout and .stderr (browser runs)
 LAB_STATE_FILE = "lab.json"  # a standing lab (latlab lab up): its state, in its directory
 LOCK_FILE = "run.lock"  # latlab record: processes that share a run take it to update run.json

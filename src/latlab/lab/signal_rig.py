@@ -23,16 +23,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from latlab.analysis.blackbox import (
-    INJECT_LOG,
-    INJECTED_WAV,
-    RECEIVED_WAV,
-    RECORD_LOG,
-    SENT_WAV,
-    SIGNAL_DIR,
-    SINK_ELEMENT,
-    SOURCE_ELEMENT,
-)
 from latlab.errors import MeasurementError
 from latlab.ingest.browser_signal import BrowserSignalError, capture_timing, write_recording
 from latlab.ingest.chrome_trace import find_chrome_trace, read_chrome_trace
@@ -40,6 +30,16 @@ from latlab.ingest.trace_reader import TraceError
 from latlab.lab.devices import pulse_sink
 from latlab.lab.process import ChildProcess
 from latlab.lab.scenario import Device, Scenario, SignalEnd, SignalRig
+from latlab.rundir import (
+    INJECT_LOG,
+    INJECTED_WAV,
+    RECEIVED_WAV,
+    RECORD_LOG,
+    SENT_WAV,
+)
+from latlab.rundir import SIGNAL as SIGNAL_DIR
+from latlab.rundir import SIGNAL_SINK_ELEMENT as SINK_ELEMENT
+from latlab.rundir import SIGNAL_SOURCE_ELEMENT as SOURCE_ELEMENT
 from latlab.signal.commands import GenerateOptions, generate_file
 from latlab.signal.errors import SignalError
 
