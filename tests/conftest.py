@@ -111,12 +111,20 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 SPREAD_MODULES = frozenset({"test_e2e_scenarios"})
 
 
+# Tests that hold a WebRTC call between two Chromium processes: two of them at once would
+# load both cores with four browsers encoding audio, so they share one worker.
+BROWSER_CALL_MODULES = frozenset({"test_browser_lab", "test_gst_peer"})
+BROWSER_CALL_GROUP = "browser-calls"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep each module's tests on one xdist worker (``--dist loadgroup``), but for the
-    modules in ``SPREAD_MODULES``."""
+    modules in ``SPREAD_MODULES``; every test with a browser call on one worker."""
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        if module not in SPREAD_MODULES:
+        if module in BROWSER_CALL_MODULES or (module in SPREAD_MODULES and "webrtc" in item.name):
+            item.add_marker(pytest.mark.xdist_group(BROWSER_CALL_GROUP))
+        elif module not in SPREAD_MODULES:
             item.add_marker(pytest.mark.xdist_group(module))
 
 
