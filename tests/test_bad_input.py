@@ -129,3 +129,15 @@ def test_a_missing_build_is_an_environment_problem(tmp_path: Path) -> None:
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == ENVIRONMENT and "Traceback" not in result.stderr
     assert len(lines) == 1 and "tracer plugin not built" in lines[0], lines
+
+
+def test_a_damaged_standing_lab_state_is_named(tmp_path: Path) -> None:
+    """lab exec and lab down on a lab state file that is not JSON: one line naming it."""
+    state = tmp_path / "lab.json"
+    state.write_text("{not json")
+    env = {**os.environ, "LATLAB_STATE_DIR": str(tmp_path)}
+    for argv in (["lab", "exec", "tx", "--", "true"], ["lab", "down"]):
+        result = _latlab(argv, env)
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert result.returncode == USAGE and "Traceback" not in result.stderr
+        assert len(lines) == 1 and str(state) in lines[0], lines
