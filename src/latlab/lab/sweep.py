@@ -23,7 +23,8 @@ from latlab import rundir
 from latlab.errors import DirectoryNotEmpty
 from latlab.lab.environment import environment
 from latlab.lab.runner import run_scenario
-from latlab.lab.scenario import Scenario, ScenarioError, parse_scenario, point_name
+from latlab.lab.scenario import Scenario, ScenarioError, parse_scenario
+from latlab.lab.scenario.sweep import point_name
 from latlab.lab.signals import Terminated, signals_deferred, sigterm_raises
 from latlab.rundir import POINTS_DIR, SWEEP_FILE, SWEEP_SCHEMA
 from latlab.tracer import plugin_dir
