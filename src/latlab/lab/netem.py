@@ -9,7 +9,7 @@ direction it sends (forward on host a's end, reverse on host b's)::
 
 The keys, their defaults and their meaning are those of latlab-linkemu
 (``linkemu/src/config.rs``), so a scenario means the same on either backend; what
-differs is in the README's "Emulated links" (no per-packet log; the bottleneck comes after
+differs is in docs/scenarios.md, "Backends" (no per-packet log; the bottleneck comes after
 the delay). Schedule entries are applied with ``tc qdisc replace`` at ``at_s`` after the
 link was set up, by a thread of this process. Only interfaces inside the namespaces
 latlab created are touched; tc runs without a shell.
