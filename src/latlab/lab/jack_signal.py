@@ -15,9 +15,13 @@ print ``ready`` once connected and stop on SIGINT or SIGTERM, then write their f
 The timing log (Parquet, one row per JACK cycle) says which file sample each cycle
 started with and when that cycle started on JACK's clock (``jack_get_cycle_times``):
 a sample at offset ``i`` of cycle ``k`` is handed over at ``cycle_us[k] + i / rate``.
-JACK's clock is not CLOCK_MONOTONIC (jackd2 on Linux reads CLOCK_MONOTONIC_RAW), so
-the log's metadata holds bracketed calibration pairs taken at the start and the end:
-``(monotonic_ns before, jack_us, monotonic_ns after)``.
+That start is JACK's estimate (its DLL), which under load wandered by up to 7.7 ms
+from the device's real cycles within one run; so each row also holds when the process
+callback ran (``wake_us``, ``jack_get_time``), which the analysis uses to follow such
+a wander (``latlab.analysis.blackbox.follow_wakes``). JACK's clock is not
+CLOCK_MONOTONIC (jackd2 on Linux reads CLOCK_MONOTONIC_RAW), so the log's metadata
+holds bracketed calibration pairs taken at the start and the end: ``(monotonic_ns
+before, jack_us, monotonic_ns after)``.
 
 The process callback only copies samples between preallocated arrays and the port
 buffers; everything else happens before activation or after deactivation.
@@ -64,6 +68,7 @@ class CycleLog:
     position: np.ndarray = field(init=False)
     frames: np.ndarray = field(init=False)
     cycle_us: np.ndarray = field(init=False)
+    wake_us: np.ndarray = field(init=False)
     nframes: np.ndarray = field(init=False)
     count: int = 0
     overflowed: int = 0
@@ -72,6 +77,7 @@ class CycleLog:
         self.position = np.zeros(self.capacity, dtype=np.int64)
         self.frames = np.zeros(self.capacity, dtype=np.uint32)
         self.cycle_us = np.zeros(self.capacity, dtype=np.uint64)
+        self.wake_us = np.zeros(self.capacity, dtype=np.uint64)
         self.nframes = np.zeros(self.capacity, dtype=np.uint32)
 
     def table(self) -> pa.Table:
@@ -81,6 +87,7 @@ class CycleLog:
                 "position": self.position[:n],
                 "frames": self.frames[:n],
                 "cycle_us": self.cycle_us[:n],
+                "wake_us": self.wake_us[:n],
                 "nframes": self.nframes[:n],
             }
         )
@@ -105,6 +112,10 @@ class CycleClock:
         self.current = self.ffi.new("jack_time_t *")
         self.next = self.ffi.new("jack_time_t *")
         self.period = self.ffi.new("float *")
+
+    def now(self) -> int:
+        """JACK's clock now, microseconds."""
+        return int(self.lib.jack_get_time())
 
     def cycle(self) -> tuple[int, int]:
         """(frame, microseconds) at the start of the current cycle; only in the callback."""
@@ -174,6 +185,7 @@ class Rig:
         self.position = 0
         self.running = False
         self.xruns = 0
+        self.xrun_ns: list[int] = []  # CLOCK_MONOTONIC when JACK told us of each xrun
         period = max(1, int(self.client.blocksize))
         self.log = CycleLog(int(seconds * self.rate / period * 1.5) + 16)
         self.clock = CycleClock(self.client)
@@ -192,11 +204,13 @@ class Rig:
 
     def _xrun(self, _delay_us: float) -> None:
         self.xruns += 1
+        self.xrun_ns.append(time.monotonic_ns())
 
     def _shutdown(self, _status: Any, _reason: str) -> None:
         self.server_gone = True
 
     def _process(self, frames: int) -> None:
+        wake_us = self.clock.now()  # first: how late this callback ran into its cycle
         buffer = self.port.get_array()
         if not self.running:
             if self.mode == "inject":
@@ -217,6 +231,7 @@ class Rig:
             cycle_us,
             frames,
         )
+        log.wake_us[i] = wake_us
         log.count = i + 1
         n = min(frames, len(self.samples) - start)
         if self.mode == "inject":
@@ -251,6 +266,7 @@ class Rig:
             "rate": self.rate,
             "samples": self.position,
             "xruns": self.xruns,
+            "xrun_monotonic_ns": self.xrun_ns,
             "server_gone": self.server_gone,
             "cycles_lost_to_full_log": self.log.overflowed,
             "clock": "jack_get_cycle_times current_usecs (JACK's clock, microseconds)",

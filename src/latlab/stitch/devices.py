@@ -8,13 +8,22 @@ appends two estimated probes:
 
 * ``PROCESS/SINK:device``: when the samples leave the sink's ring buffer for the
   audio server. A GStreamer sink schedules a buffer at ``base_time + running_time +
-  latency`` on the pipeline clock (the tracer records all three) and writes its ring
-  buffer contiguously from there (:func:`written_contiguously`). How the ring buffer
-  lines up with the device's periods is not in the pushes: against the black box on
-  JACK the estimate was 0.6 to 9.9 ms early over seventeen runs, within one period (a full
-  ring buffer, the estimate this replaced, was 34 ms late). Without a clock or latency
-  record it falls back to the render plus a full ring buffer (periods x period of the
-  device), an upper bound.
+  latency`` on the pipeline clock (the tracer records all three) and places it in its
+  ring buffer as ``GstAudioBaseSink`` does (:func:`written_contiguously`): after the
+  samples before it, by its schedule only on a DISCONT or RESYNC flag, after its
+  discont-wait, once its ring buffer ran dry, or after a skew correction. Those
+  positions matched the sink's own log (``GST_DEBUG=audiobasesink:6``) to 0.04 ms for
+  every buffer of 24 JACK runs, eight of them with planted stalls. What the pushes do not
+  show is how the sink's position 0 lines up with the device's cycles: the device takes
+  the first segment at its first cycle after the sink calibrated its clock (when its
+  first render began), 0 to one period later; so the estimate is early by that much,
+  the same for a whole run (against the black box on JACK: +0.2 to +9.5 ms over 36
+  runs, within 0.25 ms from code to code; before this model it jumped by 6 to 51 ms
+  within a run whenever the sink realigned other than on a 40 ms move of its
+  schedule, in 13 of those runs). Without a clock or latency record it
+  falls back to the render plus a full ring buffer (periods x period of the device),
+  an upper bound. Units whose render began after the device had taken their segment
+  were skipped as late: they never leave it (``MISSING``, counted ``late``).
 * ``PROCESS/SINK:output``: when they leave the device: plus the playback latency the
   server reported (JACK's port latency, the dummy driver's periods), if it reported one.
 
@@ -37,12 +46,13 @@ holds the capture period.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from latlab.ingest.events import EventTable
+from latlab.ingest.trace_format import Kind
 from latlab.stitch.journeys import Journeys, clock_to_mono, playing_clocks
 from latlab.stitch.kinds import CAPTURE, PLAYOUT
 from latlab.stitch.position import MISSING
@@ -55,6 +65,17 @@ SERVER_STREAM_SINKS = {"pulsesink"}
 DEVICE_PROBE = "device"
 OUTPUT_PROBE = "output"
 ALIGNMENT_THRESHOLD_NS = 40_000_000  # GstAudioBaseSink alignment-threshold default
+DISCONT_WAIT_NS = 1_000_000_000  # GstAudioBaseSink discont-wait default
+SKEW_TOLERANCE_NS = 20_000_000  # half of GstAudioBaseSink's drift-tolerance default (40 ms)
+SKEW_FILTER = 32  # the sink averages the skew as (31 * average + skew) / 32
+RESYNC_FLAGS = (1 << 6) | (1 << 7)  # GST_BUFFER_FLAG_DISCONT | GST_BUFFER_FLAG_RESYNC
+SINK_PROVIDED_CLOCK = "GstAudioSinkClock"  # the clock a GstAudioBaseSink provides
+CALIBRATION_SLACK_NS = 200_000  # how early the device may take the first segment
+CYCLE_WINDOW = 200  # renders per window of the device cycles' phase (follows a drift)
+CYCLE_BINS = 100  # of the period: the densest bin holds the renders that waited
+CYCLE_CLUSTER_NS = 1_000_000  # renders this close to the densest bin count
+CYCLE_MIN_RENDERS = 10
+CYCLE_QUANTILE = 5  # percent: the low edge of the cluster, the fastest wake-ups
 ESTIMATED_KLASS = "Audio/Device"  # the klass of the probes add_device_playout appends
 
 
@@ -92,7 +113,7 @@ def add_device_playout(journeys: Journeys, table: EventTable, run: dict[str, Any
     if last.factory in SERVER_STREAM_SINKS:
         leaves_sink = render
     else:
-        leaves_sink = scheduled_presentation(journeys, table, sink)
+        leaves_sink = scheduled_presentation(journeys, table, sink, device)
     if leaves_sink is None:
         leaves_sink = np.where(render != MISSING, render + ring_buffer_ns(device), MISSING)
     out = _append_probe(journeys, DEVICE_PROBE, leaves_sink)
@@ -100,18 +121,25 @@ def add_device_playout(journeys: Journeys, table: EventTable, run: dict[str, Any
     if server_ns > 0:
         leaves_device = np.where(leaves_sink != MISSING, leaves_sink + server_ns, MISSING)
         out = _append_probe(out, OUTPUT_PROBE, leaves_device)
+    dropped = int(np.count_nonzero((render != MISSING) & (leaves_sink == MISSING)))
+    if dropped:  # rendered too late to be played: the sink skipped them
+        out.counts = {**journeys.counts, "late": journeys.counts.get("late", 0) + dropped}
     return out
 
 
-def scheduled_presentation(journeys: Journeys, table: EventTable, sink: int) -> np.ndarray | None:
-    """Per unit: when the sink presents its first sample (CLOCK_MONOTONIC ns), never
-    before the render; None without the pipeline's clock or latency records.
+def scheduled_presentation(
+    journeys: Journeys, table: EventTable, sink: int, device: dict[str, Any] | None = None
+) -> np.ndarray | None:
+    """Per unit: when its first sample leaves the sink's ring buffer (CLOCK_MONOTONIC ns),
+    ``MISSING`` where the ring buffer skipped it as late (without the device's cycles:
+    never before the render); None without the pipeline's clock or latency records.
 
-    The sink schedules a buffer at ``base_time + running_time + latency`` on the
-    pipeline clock but writes its ring buffer contiguously, as long as the schedule
-    stays within its alignment threshold of where the samples already written put the
-    next one (:func:`written_contiguously`). A unit that starts later in a buffer than
-    the buffer's first unit is presented that much later."""
+    The sink schedules a buffer at ``base_time + running_time + latency`` on the pipeline
+    clock and places it in its ring buffer as ``GstAudioBaseSink`` does
+    (:func:`written_contiguously`); with the ``device`` behind it (run.json) and the
+    pushes into the sink, the renders tell when the device takes each segment, which the
+    sink's late-sample and clock-skew rules need (:func:`device_ring`). A unit that starts
+    later in a buffer than the buffer's first unit is presented that much later."""
     probe = table.probes[sink]
     clocks = playing_clocks(table, probe)
     latency = table.processes[probe.process].configured_latency_ns
@@ -124,7 +152,18 @@ def scheduled_presentation(journeys: Journeys, table: EventTable, sink: int) -> 
     rendered, running = rendered[order], running[timed][order]
     schedule = clock_to_mono(clocks, clocks[-1].base_time + running + latency).astype(np.int64)
     duration = table.probe_column(sink, "duration")[timed][order]
-    presented = written_contiguously(schedule, duration, running)
+    flags = table.probe_column(sink, "buffer_flags")[timed][order]
+    calls = _calls_into_sink(table, sink, timed, order)
+    ring = None
+    if device is not None and calls is not None and clocks[-1].clock != SINK_PROVIDED_CLOCK:
+        # the pipeline runs on another clock: the sink slaves its ring buffer to it
+        start = clock_to_mono(clocks, np.array([clocks[-1].base_time + latency]))[0]
+        ring = device_ring(
+            rendered, calls, schedule, duration, running, flags,
+            playing_ns=max(clocks[0].mono_ns, int(start) - ring_buffer_ns(device)),
+            device=device,
+        )  # fmt: skip
+    presented = written_contiguously(schedule, duration, running, flags, calls, ring)
     render = journeys.times[:, -1]
     seen = render != MISSING
     at = np.minimum(np.searchsorted(rendered, render), len(rendered) - 1)
@@ -138,34 +177,261 @@ def scheduled_presentation(journeys: Journeys, table: EventTable, sink: int) -> 
     scheduled = presented[at] + into_buffer
     typical = int(np.median(scheduled[matched] - render[matched]))
     scheduled = np.where(matched, scheduled, render + typical)
-    return np.where(seen, np.maximum(scheduled, render), MISSING)
+    if ring is None or calls is None:
+        return np.where(seen, np.maximum(scheduled, render), MISSING)
+    # the device took the segment of the unit's last sample before the render began,
+    # even for the latest alignment the renders allow: the ring buffer skipped the
+    # samples as late. A render that began before but returned after may have written
+    # them in time (its thread held up after writing) or not: they keep their place,
+    # which is where a black box times a code damaged by the skip (by its whole frame).
+    last = scheduled + journeys.unit_ns - 1 + ring.alignment_high_ns
+    skipped = matched & (ring.segment_taken(last) < calls[at])
+    return np.where(seen & ~skipped, scheduled, MISSING)
+
+
+def _calls_into_sink(
+    table: EventTable, sink: int, timed: np.ndarray, order: np.ndarray
+) -> np.ndarray | None:
+    """When each render began: the push into the sink (the same pad's ``push`` record),
+    in the renders' order; None if the pushes do not pair with the renders."""
+    probe = table.probes[sink]
+    pushes = [
+        p.index
+        for p in table.probes
+        if p.process == probe.process and p.pad_id == probe.pad_id and p.kind == Kind.PUSH
+    ]
+    if len(pushes) != 1:
+        return None
+    pushed = np.sort(table.probe_column(pushes[0], "t_ns"), kind="stable")
+    done = table.probe_column(sink, "t_ns")
+    if len(pushed) < len(done):
+        return None
+    by_time = np.argsort(done, kind="stable")
+    called = pushed[: len(done)].astype(np.int64)
+    if np.any(called > done[by_time]):  # a push returns (done) before the next begins
+        return None
+    calls = np.empty(len(done), np.int64)
+    calls[by_time] = called
+    return calls[timed][order]
+
+
+@dataclass(frozen=True)
+class DeviceRing:
+    """The device behind a sink that slaves its ring buffer to the pipeline clock.
+
+    The device takes one segment of the ring buffer per cycle, the first at
+    ``first_cycle_ns``, then every ``cycle_ns``. The sink counts positions from the
+    instant it set its clock's calibration (as its first render began, once playing),
+    ``alignment_ns`` before that first cycle: a buffer it places by its schedule ``s``
+    leaves at ``s + alignment_ns``. The renders bound the alignment to
+    ``[alignment_low_ns, alignment_high_ns]``; ``alignment_ns`` is a best guess in it."""
+
+    first_cycle_ns: int
+    cycle_ns: float
+    segment_ns: int
+    segments: int
+    delay_ns: int  # the device latency the sink's clock subtracts (its playback latency)
+    alignment_ns: int
+    alignment_low_ns: int
+    alignment_high_ns: int
+
+    @property
+    def calibrated_ns(self) -> int:
+        """When the sink calibrated its clock (its ring buffer's position 0), best guess."""
+        return self.first_cycle_ns - self.alignment_ns
+
+    def segment_taken(self, leaves_ns: np.ndarray) -> np.ndarray:
+        """When the device took the segment holding samples that leave at ``leaves_ns``."""
+        cycles = np.floor((np.asarray(leaves_ns, np.float64) - self.first_cycle_ns) / self.cycle_ns)
+        return (self.first_cycle_ns + cycles * self.cycle_ns).astype(np.int64)
+
+    def segments_done(self, t_ns: np.ndarray) -> np.ndarray:
+        """How many segments the device had taken by each instant."""
+        done = np.floor((np.asarray(t_ns, np.float64) - self.first_cycle_ns) / self.cycle_ns) + 1
+        return np.maximum(done, 0).astype(np.int64)
 
 
 def written_contiguously(
-    schedule: np.ndarray, duration: np.ndarray, running: np.ndarray
+    schedule: np.ndarray,
+    duration: np.ndarray,
+    running: np.ndarray,
+    flags: np.ndarray | None = None,
+    calls: np.ndarray | None = None,
+    ring: DeviceRing | None = None,
 ) -> np.ndarray:
-    """When each buffer leaves an audio sink's ring buffer, from its schedule.
+    """Where ``GstAudioBaseSink`` puts each buffer in its ring buffer, on the schedule's
+    timeline (CLOCK_MONOTONIC ns; with a ``ring``, a buffer leaves ``ring.alignment_ns``
+    later).
 
-    ``GstAudioBaseSink`` places the first buffer by its schedule, then writes each one
-    right after the samples before it; it realigns to the schedule only when the two
-    are more than its alignment threshold apart (say after a gap). So small moves of
-    the schedule, such as a jitter buffer's skew correction of the PTS, do not move
-    the playout. Buffers are in render order; a duration that is missing is taken from
-    the running time of the next buffer."""
+    The sink places the first buffer, and any buffer flagged DISCONT or RESYNC, by its
+    schedule, and writes every other one right after the samples before it (so small
+    moves of the schedule, such as a jitter buffer's skew correction of the PTS, do not
+    move the playout). It realigns to the schedule only when the two have been more than
+    its alignment threshold (40 ms) apart for its discont-wait (1 s of schedule); or at
+    once when the place after the samples before was already taken by the device (the
+    ring buffer ran dry), if the schedule is later. A sink slaved to another clock also
+    tracks the skew between the device and that clock and, past half its drift tolerance
+    (20 ms), moves its schedule by the skew (and realigns unless it was writing the other
+    way). Those two rules need the ``ring`` and when each render began (``calls``), and
+    are applied only where every alignment the renders allow agrees: the ring ran dry
+    even for the latest, the skew is past the tolerance even for the one nearest to it
+    (by how much is taken at the best guess). Buffers are in render order; a duration
+    that is missing is taken from the running time of the next buffer."""
+    n = len(schedule)
+    length = buffer_lengths(duration, running)
+    flagged = np.zeros(n, bool) if flags is None else (flags & RESYNC_FLAGS) != 0
+    modelled = ring is not None and calls is not None
+    if modelled:
+        done = ring.segments_done(calls) * ring.segment_ns
+        # the first sample the device had not taken, on the schedule's timeline, for the
+        # latest alignment the renders allow (the one that leaves the most room)
+        read_up_to = (ring.first_cycle_ns - ring.alignment_high_ns + done).tolist()
+        device_time = np.maximum(done - ring.delay_ns, 0).tolist()  # the sink's own clock
+        since_first_cycle = (calls - ring.first_cycle_ns).tolist()
+        alignments = (ring.alignment_low_ns, ring.alignment_ns, ring.alignment_high_ns)
+    placed = [0] * n
+    sched, lengths, flag = schedule.tolist(), length.tolist(), flagged.tolist()
+    following_place = None  # where the samples written so far end (the sink's next sample)
+    discont_since = None
+    shift = 0  # how far the skew corrections moved the schedule
+    avg_skew = [0, 0, 0]  # the sink's averaged skew, per alignment (lowest, guess, highest)
+    last_align = 0
+    for i in range(n):
+        if modelled:
+            for k, alignment in enumerate(alignments):
+                skew = device_time[i] - max(since_first_cycle[i] + alignment - shift, 0)
+                average = _trunc_div(31 * avg_skew[k] + skew, SKEW_FILTER)
+                avg_skew[k] = skew if i == 0 else average
+            # past the tolerance whatever the alignment (the skew falls as it grows)
+            if avg_skew[0] < -SKEW_TOLERANCE_NS or avg_skew[2] > SKEW_TOLERANCE_NS:
+                drift = avg_skew[1]  # the device runs ahead of (> 0) or behind (< 0) the clock
+                shift -= drift
+                avg_skew = [0, 0, 0]
+                if (drift > 0 and (last_align < 0 or last_align > drift)) or (
+                    drift < 0 and (last_align > 0 or -last_align > -drift)
+                ):
+                    following_place = None
+        wanted = sched[i] - shift
+        if following_place is None or flag[i]:
+            place = wanted
+        else:
+            align = following_place - wanted
+            resync = False
+            if abs(align) >= ALIGNMENT_THRESHOLD_NS:
+                if discont_since is None:
+                    discont_since = wanted
+                elif wanted - discont_since >= DISCONT_WAIT_NS:
+                    resync, discont_since = True, None
+            else:
+                discont_since = None
+            if modelled and align < 0 and following_place < read_up_to[i]:
+                resync = True  # the samples before ran out: the place after them is gone
+            place = wanted if resync else following_place
+            last_align = 0 if resync else align
+        placed[i] = place
+        following_place = place + lengths[i]
+    return np.array(placed, np.int64)
+
+
+def buffer_lengths(duration: np.ndarray, running: np.ndarray) -> np.ndarray:
+    """Each buffer's duration; a missing one is the running time to the next buffer."""
     following = np.append(running[1:] - running[:-1], 0)
-    length = np.where(duration > 0, duration, np.maximum(following, 0))
-    written = np.concatenate([[0], np.cumsum(length[:-1])])
-    offset = schedule - written  # where the schedule would put the first sample
-    placed = np.empty_like(offset)
-    start, anchor = 0, offset[0]
-    while start < len(offset):  # once per realignment, not per buffer
-        apart = np.flatnonzero(np.abs(offset[start:] - anchor) > ALIGNMENT_THRESHOLD_NS)
-        end = start + apart[0] if len(apart) else len(offset)
-        placed[start:end] = anchor
-        if end < len(offset):
-            anchor = offset[end]
-        start = end
-    return written + placed
+    return np.where(duration > 0, duration, np.maximum(following, 0)).astype(np.int64)
+
+
+def _trunc_div(a: int, b: int) -> int:
+    """C's integer division (toward zero)."""
+    return -(-a // b) if a < 0 else a // b
+
+
+def device_ring(
+    rendered: np.ndarray,
+    calls: np.ndarray,
+    schedule: np.ndarray,
+    duration: np.ndarray,
+    running: np.ndarray,
+    flags: np.ndarray,
+    playing_ns: int,
+    device: dict[str, Any],
+) -> DeviceRing | None:
+    """When the device behind a slaved sink takes the segments of its ring buffer, from
+    the renders; None if the renders do not show it.
+
+    A render that has to wait for room returns as the device takes a segment (the sink
+    is woken by the device's cycle), so the renders cluster just after the device's
+    cycles: their phase (a low edge of the densest 0.1 ms of render returns modulo the
+    device's period, per window of renders, following a drift) gives the cycles. No
+    render returns before the device took the segment ``segments`` before the one its
+    last sample is in, and one that waited returns just then; over the first stretch
+    the sink wrote contiguously that bounds where the samples leave, hence the
+    alignment, to one period. The sink calibrated once playing, as its first render
+    began (not before the pipeline went to playing, the first push into it, nor the
+    upstream latency after the base time), and the device took the first segment at
+    its first cycle after that: the first cycle the bounds allow. The guess takes the
+    calibration as soon as it could have been; the sink's streaming thread resumed up to
+    4 ms later under load, which the trace does not show."""
+    period = int(device.get("period_us", 0)) * 1000
+    segments = int(device.get("periods", 0))
+    if period <= 0 or segments <= 0 or len(rendered) < 2:
+        return None
+    cycles = _device_cycles(rendered, period)
+    if cycles is None:
+        return None
+    first_cycle, cycle = cycles
+    # the renders of the first stretch written contiguously (no realignment the renders
+    # alone decide) bound the alignment to one period
+    free = written_contiguously(schedule, duration, running, flags)
+    length = buffer_lengths(duration, running)
+    breaks = np.flatnonzero(free[1:] != free[:-1] + length[:-1])
+    stretch = slice(0, breaks[0] + 1 if len(breaks) else len(free))
+    earliest = int((rendered[stretch] - free[stretch] - length[stretch]).min())
+    last_leaves = earliest + segments * period
+    low = max(last_leaves, -CALIBRATION_SLACK_NS)
+    high = min(last_leaves + period, period) - 1
+    if low > high:
+        return None
+    # the calibration was not before the pipeline played (nor before the first push): of
+    # the cycles after that, the first one the bounds allow, as soon after it as they allow
+    calibrated = max(int(playing_ns), int(calls[0]))
+    k = np.ceil((calibrated - CALIBRATION_SLACK_NS - first_cycle) / cycle)
+    first = int(np.rint(first_cycle + k * cycle))
+    while first - calibrated < low:
+        first = int(np.rint(first + cycle))
+    alignment = min(first - calibrated, high)
+    return DeviceRing(
+        first_cycle_ns=first,
+        cycle_ns=cycle,
+        segment_ns=period,
+        segments=segments,
+        delay_ns=server_playback_ns(device),
+        alignment_ns=alignment,
+        alignment_low_ns=low,
+        alignment_high_ns=high,
+    )
+
+
+def _device_cycles(rendered: np.ndarray, period: int) -> tuple[float, float] | None:
+    """(a cycle start, the cycle period) of the device, from when renders returned."""
+    reference = int(rendered[0])
+    centres, phases = [], []
+    for at in range(0, len(rendered), CYCLE_WINDOW):
+        window = rendered[at : at + CYCLE_WINDOW]
+        phase = (window - reference) % period
+        counts = np.bincount((phase * CYCLE_BINS // period).astype(np.int64), minlength=CYCLE_BINS)
+        mode = (int(np.argmax(counts)) + 0.5) * period / CYCLE_BINS
+        near = (phase - mode + period / 2) % period - period / 2  # circular, around the mode
+        close = near[np.abs(near) < CYCLE_CLUSTER_NS]
+        if len(close) >= CYCLE_MIN_RENDERS:
+            centres.append(float(np.median(window)))
+            phases.append(mode + float(np.percentile(close, CYCLE_QUANTILE)))
+    if not phases:
+        return None
+    unwrapped = np.unwrap(np.array(phases), period=period)
+    slope = 0.0
+    if len(phases) > 1:
+        slope = float(np.polyfit(np.array(centres) - reference, unwrapped, 1)[0])
+    intercept = float(np.mean(unwrapped - slope * (np.array(centres) - reference)))
+    return reference + intercept / (1 - slope), period / (1 - slope)
 
 
 def _append_probe(journeys: Journeys, probe: str, times: np.ndarray) -> Journeys:
