@@ -71,12 +71,31 @@ class FitTable(Table):
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         fitted, dropped = fit_table(self, console, options.max_width)
+        if fitted.title is not None:  # at the width given, not the table's (--wide, piped)
+            yield self._title_text(console)
+            fitted.title = None
         yield from Table.__rich_console__(fitted, console, options)
         if dropped:
             yield Text(
                 f"left out to fit {options.max_width} columns: {', '.join(dropped)}; {WIDE_HINT}",
                 style="dim",
             )
+
+    def _title_text(self, console: Console) -> Text:
+        """The title as a line of its own, folded at the width given, never cut."""
+        title = self.title
+        text = console.render_str(title) if isinstance(title, str) else title
+        if isinstance(text, Text):
+            text = text.copy()
+            text.stylize(self.title_style or "table.title")
+            text.justify = "default" if self.title_justify == "left" else self.title_justify
+        return text  # type: ignore[return-value]
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        measured = Table.__rich_measure__(self, console, options)
+        title = self.title
+        length = len(title.plain if isinstance(title, Text) else str(title or ""))
+        return Measurement(measured.minimum, max(measured.maximum, length))
 
 
 def natural_width(console: Console, renderable: RenderableType) -> int:
