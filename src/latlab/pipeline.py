@@ -13,7 +13,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from latlab.analysis import store
-from latlab.analysis.blackbox import CODES_FILE as BLACKBOX_CODES_FILE
 from latlab.analysis.blackbox import BlackBoxError, black_box_summary
 from latlab.analysis.element_stats import srt_summary, stats_table
 from latlab.analysis.resources import summarize_resources
@@ -24,6 +23,7 @@ from latlab.ingest.events import EventTable, load_run
 from latlab.ingest.link_events import read_link_logs
 from latlab.ingest.link_log import LinkLog, traffic_summary
 from latlab.rundir import (
+    BLACKBOX_FILE,
     ELEMENT_STATS_FILE,
     EVENTS_FILE,
     RESOURCES_FILE,
@@ -192,7 +192,7 @@ def _write(
     if outputs.element_stats.num_rows:
         pq.write_table(outputs.element_stats, run_dir / ELEMENT_STATS_FILE)
     if outputs.blackbox_codes is not None:
-        pq.write_table(outputs.blackbox_codes, run_dir / BLACKBOX_CODES_FILE)
+        pq.write_table(outputs.blackbox_codes, run_dir / BLACKBOX_FILE)
     with suppress(OSError):
         store.write(run_dir, unit, analysis.streams, analysis.processes, analysis.threads, inputs)
 

@@ -39,9 +39,19 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from latlab.analysis.stats import Samples
+from latlab.errors import UserInputError
 from latlab.ingest.browser_signal import DELIVERY_TIMING, TIMING_SCHEMA
 from latlab.ingest.events import EventTable, Probe
 from latlab.ingest.trace_format import Kind
+from latlab.rundir import (
+    INJECT_LOG,
+    RECEIVED_WAV,
+    RECORD_LOG,
+    SENT_WAV,
+)
+from latlab.rundir import SIGNAL as SIGNAL_DIR
+from latlab.rundir import SIGNAL_SINK_ELEMENT as SINK_ELEMENT
+from latlab.rundir import SIGNAL_SOURCE_ELEMENT as SOURCE_ELEMENT
 from latlab.signal.errors import SignalError
 from latlab.signal.timecode import decode
 from latlab.signal.wavio import read_wav
@@ -49,22 +59,13 @@ from latlab.stitch.devices import DEVICE_PROBE
 from latlab.stitch.journeys import Journeys
 from latlab.stitch.position import MISSING
 
-SIGNAL_DIR = "signal"
-SENT_WAV = "sent.wav"
-RECEIVED_WAV = "received.wav"
-INJECTED_WAV = "injected.wav"  # a device end: what its capture device delivered
-INJECT_LOG = "inject.parquet"
-RECORD_LOG = "record.parquet"
-CODES_FILE = "blackbox.parquet"
 DELIVERY_READS = 10  # reads on each side of a read in its delivery envelope (10 ms reads)
 WAKE_CYCLES = 10  # JACK cycles on each side of a cycle in its callbacks' envelope
 WAKE_WANDER_US = 1000.0  # JACK's cycle estimate is followed only past this wander
 RIG_SCHEMA = "latlab.jack-signal/1"
-SOURCE_ELEMENT = "latlab_signal_in"
-SINK_ELEMENT = "latlab_signal_out"
 
 
-class BlackBoxError(ValueError):
+class BlackBoxError(UserInputError, ValueError):
     """The signal files of a run cannot be used; ``str()`` names the file and the problem."""
 
 

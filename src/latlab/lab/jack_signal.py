@@ -42,6 +42,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from latlab.errors import MeasurementError
 from latlab.lab.rig_cli import rig_parser, run_rig
 
 LOG_SCHEMA = "latlab.jack-signal/1"
@@ -56,7 +57,7 @@ int jack_get_cycle_times(void *client, jack_nframes_t *current_frames,
 """
 
 
-class RigError(RuntimeError):
+class RigError(MeasurementError, RuntimeError):
     """The rig cannot run; ``str()`` is one line."""
 
 

@@ -22,12 +22,11 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from latlab.analysis.blackbox import CODES_FILE
 from latlab.analysis.segments import StreamAnalysis
 from latlab.ingest.browser_records import BrowserLog, read_browser_logs
 from latlab.report import findings as fnd
 from latlab.report.blackbox import estimated_segments
-from latlab.rundir import RESOURCES_FILE
+from latlab.rundir import BLACKBOX_FILE, RESOURCES_FILE
 from latlab.rundir import RESOURCES_SYSTEM as SYSTEM
 from latlab.stitch.kinds import CAPTURE, JITTERBUFFER, SINK_WAIT
 from latlab.stitch.position import MISSING
@@ -663,7 +662,7 @@ def blackbox_model(run_dir: Path, summary: dict[str, Any], t0_ns: int) -> dict[s
         text = f"Black box: no figures, its files could not be used: {error}"
         found = [fnd.Finding("blackbox", text, BLACKBOX_ANCHOR, notable=True)]
         return {"anchor": BLACKBOX_ANCHOR, "error": error, "findings": found}
-    codes = blackbox_codes(run_dir / CODES_FILE)
+    codes = blackbox_codes(run_dir / BLACKBOX_FILE)
     series = blackbox_series(codes, t0_ns) if codes is not None else None
     dist = blackbox_distribution(codes) if codes is not None else None
     series_anchor = f"{BLACKBOX_ANCHOR}-series" if series else BLACKBOX_ANCHOR
