@@ -221,9 +221,9 @@ def black_box_shifts(planted: dict[float, tuple[Path, dict[str, Any]]]) -> tuple
 def signal_on_one_device(tmp_path: Path, server: str) -> Iterator[tuple[dict[str, str], Path]]:
     """One audio device (``server``) running, a 4 s signal in ``signal/sent.wav``: the
     environment of the device's clients and the signal directory; stopped after."""
-    from latlab.analysis.blackbox import SIGNAL_DIR
     from latlab.lab.devices import Devices
     from latlab.lab.scenario import Device
+    from latlab.rundir import SIGNAL as SIGNAL_DIR
     from latlab.signal.commands import GenerateOptions, generate_file
 
     device = Device(name="snd", host="h", server=server)

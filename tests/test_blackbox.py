@@ -19,8 +19,6 @@ import numpy as np
 import pytest
 
 from latlab.analysis.blackbox import (
-    RECEIVED_WAV,
-    SIGNAL_DIR,
     BlackBoxError,
     RigLog,
     SignalEnds,
@@ -34,6 +32,8 @@ from latlab.analysis.blackbox import (
 from latlab.ingest.browser_signal import DELIVERY_TIMING, write_timing_log
 from latlab.lab.scenario import ScenarioError, parse_scenario
 from latlab.pipeline import analyze_run
+from latlab.rundir import RECEIVED_WAV
+from latlab.rundir import SIGNAL as SIGNAL_DIR
 from latlab.signal.commands import GenerateOptions, generate_file
 from latlab.signal.wavio import read_wav, write_wav
 from latlab.stitch.journeys import Journeys

@@ -18,12 +18,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from latlab.analysis.blackbox import CODES_FILE, INJECT_LOG, SIGNAL_DIR
 from latlab.ingest.browser_records import read_browser_log
 from latlab.ingest.browser_signal import BrowserSignalError, write_recording
 from latlab.lab.runner import run_scenario
 from latlab.lab.scenario import ScenarioError, parse_scenario
 from latlab.pipeline import analyze_run
+from latlab.rundir import BLACKBOX_FILE as CODES_FILE
+from latlab.rundir import INJECT_LOG
+from latlab.rundir import SIGNAL as SIGNAL_DIR
 from tests.test_browser_lab import lab
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from latlab.analysis.blackbox import RECEIVED_WAV, SIGNAL_DIR, raw_audio_layout
+from latlab.analysis.blackbox import raw_audio_layout
 from latlab.lab.scenario import ScenarioError, parse_scenario
 from latlab.pipeline import analyze_run
+from latlab.rundir import RECEIVED_WAV
+from latlab.rundir import SIGNAL as SIGNAL_DIR
 from tests.conftest import delay_sweep, latlab
 
 REPO = Path(__file__).resolve().parents[1]

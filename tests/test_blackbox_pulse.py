@@ -16,12 +16,9 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from latlab.analysis.blackbox import (
-    CODES_FILE,
-    INJECTED_WAV,
-    RECEIVED_WAV,
-)
 from latlab.lab.devices import pulse_sink
+from latlab.rundir import BLACKBOX_FILE as CODES_FILE
+from latlab.rundir import INJECTED_WAV, RECEIVED_WAV
 from tests.conftest import (
     black_box_shifts,
     latlab,
