@@ -117,9 +117,12 @@ BROWSER_CALL_MODULES = frozenset({"test_browser_lab", "test_gst_peer"})
 BROWSER_CALL_GROUP = "browser-calls"
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Keep each module's tests on one xdist worker (``--dist loadgroup``), but for the
     modules in ``SPREAD_MODULES``; every test with a browser call on one worker."""
+    if int(pytest.__version__.split(".")[0]) >= 9:
+        raise pytest.UsageError("the xdist groups need pytest < 9 (pyproject.toml says why)")
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
         if module in BROWSER_CALL_MODULES or (module in SPREAD_MODULES and "webrtc" in item.name):

@@ -10,6 +10,7 @@ import ipaddress
 import json
 import os
 import signal
+import subprocess
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -23,7 +24,7 @@ import pytest
 from latlab.ingest.events import EventTable, load_run
 from latlab.ingest.link_log import read_link_log
 from latlab.lab.browser import CHROMIUM, BrowserError, check_gst_peer
-from latlab.lab.netns import list_namespaces
+from latlab.lab.netns import list_namespaces, namespace_name
 from latlab.lab.runner import RunError, run_scenario
 from latlab.lab.scenario import ScenarioError, parse_scenario
 from latlab.pipeline import analyze_run
@@ -265,23 +266,36 @@ def test_shipped_scenario_parses() -> None:
 
 def kill_when_media_flows(out: Path, victim: str, stop: threading.Event) -> None:
     """SIGKILL ``victim`` (alice: her Chromium's browser process; bob: the webrtcbin peer
-    program) once bob reports media flowing both ways (the run's measured phase)."""
+    program) once bob reports media flowing both ways (the run's measured phase). Only a
+    process of this run is a candidate: one inside the run's own namespace for the
+    victim's host (another test's peers may run beside it)."""
     records_file = out / "webrtc" / "bob.jsonl"
+    namespace = namespace_name(os.getpid(), VICTIM_HOSTS[victim])
     while not stop.wait(0.05):
         text = records_file.read_text() if records_file.exists() else ""
         if sum(1 for line in text.splitlines() if '"media"' in line) < 2:
             continue
-        for entry in filter(str.isdigit, os.listdir("/proc")):
+        for pid in namespace_pids(namespace):
             try:
-                argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode().split("\0")
+                argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
             except (OSError, ValueError):
                 continue
             browser = argv[0] == str(CHROMIUM) and not any(a.startswith("--type=") for a in argv)
-            alice = browser and any(str(out) in a for a in argv)
             bob = any(a.endswith("gstpeer.py") for a in argv) and "bob" in argv  # --id bob
-            if (victim == "alice" and alice) or (victim == "bob" and bob):
-                os.kill(int(entry), signal.SIGKILL)
+            if (victim == "alice" and browser) or (victim == "bob" and bob):
+                os.kill(pid, signal.SIGKILL)
                 return
+
+
+VICTIM_HOSTS = {"alice": "a", "bob": "b"}  # gst_scenario's hosts
+
+
+def namespace_pids(namespace: str) -> list[int]:
+    """The processes inside a network namespace (``ip netns pids``)."""
+    found = subprocess.run(
+        ["ip", "netns", "pids", namespace], capture_output=True, text=True, timeout=10
+    )
+    return [int(word) for word in found.stdout.split() if word.isdigit()]
 
 
 @lab
