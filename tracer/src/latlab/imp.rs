@@ -7,6 +7,7 @@ use gst::prelude::*;
 use gst::subclass::prelude::*;
 
 use super::recorder;
+use super::session;
 use super::settings::Settings;
 
 /// Implementation of the latlab tracer.
@@ -28,7 +29,7 @@ impl ObjectImpl for LatlabTracer {
         self.parent_constructed();
         let params = self.obj().property::<Option<String>>("params");
         let settings = Settings::from_params(params.as_deref());
-        if !recorder::start(&settings) {
+        if !session::start(&settings) {
             return;
         }
         self.recording.store(true, Ordering::SeqCst);
@@ -48,7 +49,7 @@ impl ObjectImpl for LatlabTracer {
 
     fn dispose(&self) {
         if self.recording.swap(false, Ordering::SeqCst) {
-            recorder::shutdown();
+            session::shutdown();
         }
     }
 }

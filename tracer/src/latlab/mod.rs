@@ -17,6 +17,7 @@ use gst::prelude::*;
 mod imp;
 mod pes;
 mod recorder;
+mod session;
 mod settings;
 mod signals;
 mod stats;

@@ -23,14 +23,9 @@ use lltrace::{flags, kind, Record, Spsc, NONE};
 use super::pes::{plausible_ts_size, PesStart, PesTracker, TS_PACKET};
 use super::settings::Settings;
 use super::signals::WakePipe;
-use super::writer::Writer;
-use super::CAT;
 
 /// Depth of the per-thread stack of in-flight pushes (pushes nest).
 const STACK_DEPTH: usize = 32;
-
-/// How long shutdown waits for the writer's final cycle.
-const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(3);
 
 static RECORDER: OnceLock<Recorder> = OnceLock::new();
 
@@ -132,92 +127,38 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Opens the trace and starts the writer; `false` if nothing will be recorded.
-pub fn start(settings: &Settings) -> bool {
-    if RECORDER.get().is_some() {
-        gst::warning!(CAT, "already recording, ignoring another instance");
-        return false;
-    }
-    let pid = std::process::id();
-    let path = settings.output_path(pid);
-    let writer = match Writer::open(
-        &path,
-        &settings.process_name(),
-        pid,
-        settings.stats_interval_ms(),
-    ) {
-        Ok(w) => w,
-        Err(e) => {
-            gst::error!(CAT, "cannot open {}: {e}", path.display());
-            return false;
-        }
-    };
-    let pipe = match WakePipe::new() {
-        Ok(p) => p,
-        Err(e) => {
-            gst::error!(CAT, "cannot create a pipe: {e}");
-            return false;
-        }
-    };
-    if RECORDER.set(Recorder::new(settings, pid, pipe)).is_err() {
-        return false;
-    }
-    let rec = RECORDER.get().expect("recorder just set");
-    let handle = std::thread::Builder::new()
-        .name("latlab-writer".into())
-        .spawn(move || writer.run(rec));
-    match handle {
-        Ok(h) => *lock(&rec.writer) = Some(h),
-        Err(e) => {
-            gst::error!(CAT, "cannot start the writer thread: {e}");
-            rec.stop.store(true, Ordering::SeqCst);
-            return false;
-        }
-    }
-    rec.pipe.install_signal_handlers();
-    // SAFETY: registering a plain extern "C" function.
-    unsafe { libc::atexit(at_exit) };
-    gst::info!(
-        CAT,
-        "recording to {} (ring of {} records per streaming thread)",
-        path.display(),
-        rec.ring_capacity
-    );
-    true
+/// Makes the process-wide recorder; `None` if there already is one.
+pub fn install(settings: &Settings, pid: u32, pipe: WakePipe) -> Option<&'static Recorder> {
+    RECORDER.set(Recorder::new(settings, pid, pipe)).ok()?;
+    RECORDER.get()
 }
 
-extern "C" fn at_exit() {
-    shutdown();
-}
-
-/// Closes the trace: the writer drains every ring, writes `END` and stops.
-///
-/// Idempotent; waits at most a few seconds.
-pub fn shutdown() {
-    let Some(rec) = RECORDER.get() else { return };
-    if rec.pid != std::process::id() {
-        return; // a forked child: the writer thread is not ours
-    }
-    rec.stop.store(true, Ordering::SeqCst);
-    rec.pipe.wake();
-    let deadline = Instant::now() + SHUTDOWN_TIMEOUT;
-    while !rec.finished.load(Ordering::Acquire) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    if rec.finished.load(Ordering::Acquire) {
-        if let Some(h) = lock(&rec.writer).take() {
-            let _ = h.join();
-        }
-    } else {
-        gst::warning!(
-            CAT,
-            "the writer did not close the trace within {:?}",
-            SHUTDOWN_TIMEOUT
-        );
-    }
+/// The process-wide recorder, once installed.
+pub fn installed() -> Option<&'static Recorder> {
+    RECORDER.get()
 }
 
 impl Recorder {
+    /// Keeps the writer thread's handle (joined at shutdown).
+    pub fn set_writer(&self, handle: JoinHandle<()>) {
+        *lock(&self.writer) = Some(handle);
+    }
+
+    /// The writer thread's handle, once.
+    pub fn take_writer(&self) -> Option<JoinHandle<()>> {
+        lock(&self.writer).take()
+    }
+
+    /// The process that installed the recorder (a forked child has another).
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Records per streaming thread's ring.
+    pub fn ring_capacity(&self) -> usize {
+        self.ring_capacity
+    }
+
     fn new(settings: &Settings, pid: u32, pipe: WakePipe) -> Self {
         Recorder {
             ring_capacity: settings.ring_capacity(),
