@@ -34,6 +34,7 @@ from latlab.ingest.trace_format import (
 from latlab.ingest.trace_reader import Trace, read_trace
 from latlab.lab.runner import LATLAB_PROGRAMS
 from latlab.tracer import is_built, tracer_env
+from tests.test_kuprobe import free_port, rx_queue
 
 REPO = Path(__file__).resolve().parent.parent
 NONE = 0xFFFF_FFFF_FFFF_FFFF
@@ -370,25 +371,10 @@ PROBE = LATLAB_PROGRAMS["latlab-kuprobe"]
 SSRC = 0x1234ABCD
 
 
-def free_udp_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rx_queue(port: int) -> int | None:
-    """Bytes waiting in the receive queue of the UDP socket on ``port`` (/proc/net/udp)."""
-    for line in Path("/proc/net/udp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if fields[1].endswith(f":{port:04X}"):
-            return int(fields[4].split(":")[1], 16)
-    return None
-
-
 @pytest.mark.e2e
 @pytest.mark.skipif(not PROBE.is_file(), reason="latlab-kuprobe not built")
 def test_kuprobe_records_round_trip(tmp_path: Path) -> None:
-    port = free_udp_port()
+    port = free_port()
     env = {**os.environ, "LATLAB_TRACE_DIR": str(tmp_path), "LATLAB_PROCESS": "ku"}
     argv = [str(PROBE), "--port", str(port), "--bind", "127.0.0.1"]
     probe = subprocess.Popen(
