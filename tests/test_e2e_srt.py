@@ -165,6 +165,7 @@ def _transport_p50(tmp_path: Path, tag: str, latency_ms: int, delay_ms: float) -
     return min(s["phases"]["transport"]["p50_ms"] for s in streams.values())
 
 
+@pytest.mark.exclusive
 def test_planted_srt_latency_lands_in_transport(tmp_path: Path) -> None:
     base = _transport_p50(tmp_path, "lat60", latency_ms=60, delay_ms=5)
     planted = _transport_p50(tmp_path, "lat160", latency_ms=160, delay_ms=5)
