@@ -3,13 +3,16 @@ on planted data, decimation that keeps statistics exact, escaping, bad input."""
 
 from __future__ import annotations
 
+import atexit
 import base64
 import contextlib
 import fcntl
 import json
 import os
 import shlex
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +62,7 @@ class Browser:
         self._next_id = 0
         self.events: list[dict[str, Any]] = []
         self.session: str | None = None
+        self.target: str | None = None
 
     def _read_message(self) -> dict[str, Any]:
         while b"\0" not in self._buffer:
@@ -99,7 +103,9 @@ class Browser:
 
     def open(self, url: str) -> None:
         """A new page, with console and errors recorded from before it loads."""
+        self.close_page()
         target = self.send("Target.createTarget", url="about:blank")["targetId"]
+        self.target = target
         self.session = self.send("Target.attachToTarget", targetId=target, flatten=True)[
             "sessionId"
         ]
@@ -134,6 +140,17 @@ class Browser:
             elif event["method"] == "Log.entryAdded" and params["entry"]["level"] == "error":
                 out.append(params["entry"]["text"])
         return out
+
+    def close_page(self) -> None:
+        """Close the page ``open`` made, if any (the browser stays)."""
+        if self.target is not None:
+            target, self.target, self.session = self.target, None, None
+            self.send("Target.closeTarget", targetId=target)
+
+    @property
+    def alive(self) -> bool:
+        """Whether the browser process is still running."""
+        return self.proc.poll() is None
 
     def close(self) -> None:
         with contextlib.suppress(RuntimeError, OSError):
@@ -176,9 +193,31 @@ INK_JS = """
 """
 
 
+_SHARED: list[Browser] = []  # one Chromium per test process, a page per report
+
+
+def shared_browser() -> Browser:
+    """The test process's Chromium (started on first use, again if it died; closed at
+    exit): starting one per report cost each render its start-up."""
+    if _SHARED and _SHARED[0].alive:
+        return _SHARED[0]
+    _SHARED.clear()
+    profile = Path(tempfile.mkdtemp(prefix="latlab-render-"))
+    browser = Browser(profile)
+    _SHARED.append(browser)
+    atexit.register(_close_shared, browser, profile)
+    return browser
+
+
+def _close_shared(browser: Browser, profile: Path) -> None:
+    browser.close()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
 def render(html_path: Path, tmp_path: Path) -> dict[str, Any]:
-    """Load a report in Chromium, screenshot the whole page, and read what was drawn."""
-    browser = Browser(tmp_path / "profile")
+    """Load a report in Chromium (a new page of the shared browser), screenshot the whole
+    page, and read what was drawn."""
+    browser = shared_browser()
     try:
         browser.open(html_path.as_uri())
         height = browser.evaluate("document.documentElement.scrollHeight")
@@ -213,7 +252,7 @@ def render(html_path: Path, tmp_path: Path) -> dict[str, Any]:
         page["errors"] = browser.errors()
         page["requests"] = [e for e in browser.events if e["method"] == "Network.requestWillBeSent"]
     finally:
-        browser.close()
+        browser.close_page()
     return page
 
 
