@@ -62,6 +62,8 @@ class ChildProcess:
     _eof: bool = False
     _reader: threading.Thread | None = None
     _stderr_file: IO[str] | None = None
+    _closing: threading.Thread | None = None  # a close request already under way
+    _closed_as_asked: bool = False
 
     def start(self, env: Mapping[str, str]) -> None:
         """Start in a new session (own process group) with ``env`` as its environment."""
@@ -118,17 +120,38 @@ class ChildProcess:
         steps = self.stop_steps if steps is None else steps
         if self.popen is None:
             return self.stopped
-        if self.popen.poll() is not None:
+        if self.popen.poll() is not None and self._closing is None:
             self.stopped = "exited"
-        else:
+        else:  # running, or it closed when asked (begin_close) before its turn came
             self.stopped = self._closed_on_request() or self._escalate(steps)
         self.close()
         return self.stopped
 
+    def begin_close(self) -> None:
+        """Start asking the program to close (``close_request``) without waiting, so that
+        several programs can close at once (a browser takes seconds to finish its trace);
+        ``stop`` then waits for the answer."""
+        if self.close_request is None or self._closing is not None or self.popen is None:
+            return
+        if self.popen.poll() is not None:
+            return
+
+        def ask() -> None:
+            assert self.close_request is not None
+            self._closed_as_asked = self.close_request()
+
+        self._closing = threading.Thread(target=ask, name=f"close-{self.name}", daemon=True)
+        self._closing.start()
+
     def _closed_on_request(self) -> str | None:
         """``"closed"`` if the program closed itself when asked (``close_request``)."""
         assert self.popen is not None
-        if self.close_request is None or not self.close_request():
+        if self.close_request is None:
+            return None
+        self.begin_close()
+        assert self._closing is not None
+        self._closing.join()
+        if not self._closed_as_asked:
             return None
         try:
             self.popen.wait(timeout=CLOSE_GRACE_S)

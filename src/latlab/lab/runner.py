@@ -530,9 +530,13 @@ class _Run:
 
 
 def _stop_in_reverse(children: list[ChildProcess]) -> None:
-    """Stop ``children`` in reverse start order (SIGINT first); after a signal during
-    the stop, kill the rest; then make sure every process group is gone."""
+    """Stop ``children`` in reverse start order (SIGINT first); programs that close when
+    asked (browsers: seconds each, to finish their traces) are all asked at once first.
+    After a signal during the stop, kill the rest; then make sure every process group is
+    gone."""
     with signals_deferred() as received:
+        for child in children:  # programs that close when asked (browsers) all start now
+            child.begin_close()
         for child in reversed(children):
             if received:
                 child.kill_group()
