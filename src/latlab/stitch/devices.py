@@ -13,16 +13,23 @@ appends two estimated probes:
   samples before it, by its schedule only on a DISCONT or RESYNC flag, after its
   discont-wait, once its ring buffer ran dry, or after a skew correction. Those
   positions matched the sink's own log (``GST_DEBUG=audiobasesink:6``) to 0.04 ms for
-  every buffer of 24 JACK runs, eight of them with planted stalls. What the pushes do not
-  show is how the sink's position 0 lines up with the device's cycles: the device takes
-  the first segment at its first cycle after the sink calibrated its clock (when its
-  first render began), 0 to one period later; so the estimate is early by that much,
-  the same for a whole run (against the black box on JACK: +0.2 to +9.5 ms over 36
-  runs, within 0.25 ms from code to code; before this model it jumped by 6 to 51 ms
-  within a run whenever the sink realigned other than on a 40 ms move of its
-  schedule, in 13 of those runs). Without a clock or latency record it
-  falls back to the render plus a full ring buffer (periods x period of the device),
-  an upper bound. Units whose render began after the device had taken their segment
+  every buffer of 24 JACK runs at 10 ms periods, eight of them with planted stalls, and
+  to 0.4 ms in 16 more (seven at 20 ms periods, where the sink corrects its clock skew
+  at start-up, and realigns 20 ms earlier in most) but for the buffer at that
+  correction in four. What the pushes do not show is how the sink's position 0 lines
+  up with the device's cycles: the device takes the first segment at its first cycle
+  after the sink calibrated its clock (when its first render began), 0 to one period
+  later, and every sample leaves that much after its place. The renders bound it
+  (:func:`device_ring`); the estimate takes the least alignment they allow and is early
+  by the rest, the same for a whole run (against the black box on JACK: +0.05 to +7.4
+  ms over ten runs at 10 ms periods, +0.5 to +7.4 ms over ten at 20 ms, within 0.2 ms
+  from code to code; with the bounds taken from the schedule's places alone and the
+  skew corrected only when every alignment had passed, the 20 ms runs read -12.6 to
+  +8.0 ms). It never puts a buffer before its render returned where the ring explains
+  that return (:func:`released_after`). Without a clock or latency record it falls back
+  to the render plus a full ring buffer (periods x period of the device), an upper
+  bound; where no alignment explains the renders, to the schedule's places, never
+  before the render. Units whose render began after the device had taken their segment
   were skipped as late: they never leave it (``MISSING``, counted ``late``).
 * ``PROCESS/SINK:output``: when they leave the device: plus the playback latency the
   server reported (JACK's port latency, the dummy driver's periods), if it reported one.
@@ -76,6 +83,14 @@ CYCLE_BINS = 100  # of the period: the densest bin holds the renders that waited
 CYCLE_CLUSTER_NS = 1_000_000  # renders this close to the densest bin count
 CYCLE_MIN_RENDERS = 10
 CYCLE_QUANTILE = 5  # percent: the low edge of the cluster, the fastest wake-ups
+ALIGNMENT_STEP_NS = 1_000_000  # the alignments tried against the renders
+ALIGNMENT_FINE_NS = 100_000  # and at the edges of the best
+ROOM_TOLERANCE_NS = 500_000  # a render may return this much before the cycles found
+WAIT_NS = 1_000_000  # a render that took longer waited for room
+MISFIT_SHARE = 0.02  # more renders than this unexplained: the model does not hold
+# the device's segment counter moves as its cycle begins, a little before the renders it
+# wakes return (the cycles found are their low edge, 0.1 to 0.2 ms after JACK's cycle)
+CYCLE_EARLY_NS = 500_000
 ESTIMATED_KLASS = "Audio/Device"  # the klass of the probes add_device_playout appends
 
 
@@ -131,15 +146,20 @@ def scheduled_presentation(
     journeys: Journeys, table: EventTable, sink: int, device: dict[str, Any] | None = None
 ) -> np.ndarray | None:
     """Per unit: when its first sample leaves the sink's ring buffer (CLOCK_MONOTONIC ns),
-    ``MISSING`` where the ring buffer skipped it as late (without the device's cycles:
-    never before the render); None without the pipeline's clock or latency records.
+    at the earliest the trace allows; ``MISSING`` where the ring buffer skipped it as late
+    (without the device's cycles: never before the render); None without the pipeline's
+    clock or latency records.
 
     The sink schedules a buffer at ``base_time + running_time + latency`` on the pipeline
     clock and places it in its ring buffer as ``GstAudioBaseSink`` does
     (:func:`written_contiguously`); with the ``device`` behind it (run.json) and the
     pushes into the sink, the renders tell when the device takes each segment, which the
-    sink's late-sample and clock-skew rules need (:func:`device_ring`). A unit that starts
-    later in a buffer than the buffer's first unit is presented that much later."""
+    sink's late-sample and clock-skew rules need, and bound how its ring lines up with
+    them (:func:`device_ring`). A sample leaves that alignment after its place: the
+    estimate takes the least alignment the renders allow, and no earlier than the render
+    of its buffer returned where the ring explains that return (:func:`released_after`).
+    A unit that starts later in a buffer than the buffer's first unit is presented that
+    much later."""
     probe = table.probes[sink]
     clocks = playing_clocks(table, probe)
     latency = table.processes[probe.process].configured_latency_ns
@@ -186,7 +206,38 @@ def scheduled_presentation(
     # which is where a black box times a code damaged by the skip (by its whole frame).
     last = scheduled + journeys.unit_ns - 1 + ring.alignment_high_ns
     skipped = matched & (ring.segment_taken(last) < calls[at])
-    return np.where(seen & ~skipped, scheduled, MISSING)
+    # every sample leaves the alignment after its place: at least the least alignment
+    # the renders allow (less the 0.5 ms they are read to)
+    leaves = scheduled + max(ring.alignment_low_ns - ROOM_TOLERANCE_NS, 0)
+    floor = released_after(presented, buffer_lengths(duration, running), rendered, calls, ring)
+    leaves = np.where(matched, np.maximum(leaves, floor[at]), leaves)
+    return np.where(seen & ~skipped, leaves, MISSING)
+
+
+def released_after(
+    placed: np.ndarray,
+    length: np.ndarray,
+    rendered: np.ndarray,
+    calls: np.ndarray,
+    ring: DeviceRing,
+) -> np.ndarray:
+    """Per buffer (render order): an instant its first sample did not leave the sink
+    before, where the ring shows one (else the smallest int64).
+
+    A buffer no longer than the ring less a segment goes out in at most ``segments``
+    segments, so its first sample leaves at least a cycle after the device made room for
+    its last one (took the segment ``segments`` before that sample's), and after its
+    render began: a render that did not wait for room, or waited just until the device
+    made it, returned before the first sample left (in 16 logged JACK runs, 5.4 ms or
+    more before). One that returned later than that (its thread held up after it had
+    written, a stall) may have let it go before it returned: there the instant is the
+    latest return the ring explains. The room is taken for the latest alignment the
+    renders allow, and a return explained within 1 ms of it."""
+    cycles = int(np.rint(ring.segments * ring.cycle_ns))
+    room = ring.segment_taken(placed + length - 1 + ring.alignment_high_ns) - cycles
+    returned = np.minimum(rendered, np.maximum(calls, room) + CYCLE_CLUSTER_NS)
+    whole = length <= (ring.segments - 1) * ring.segment_ns
+    return np.where(whole, returned, np.iinfo(np.int64).min)
 
 
 def _calls_into_sink(
@@ -234,6 +285,7 @@ class DeviceRing:
     alignment_ns: int
     alignment_low_ns: int
     alignment_high_ns: int
+    sample_ns: float = 1e9 / 48_000  # one sample: the sink aligns in whole samples
 
     @property
     def calibrated_ns(self) -> int:
@@ -249,6 +301,19 @@ class DeviceRing:
         """How many segments the device had taken by each instant."""
         done = np.floor((np.asarray(t_ns, np.float64) - self.first_cycle_ns) / self.cycle_ns) + 1
         return np.maximum(done, 0).astype(np.int64)
+
+    def exactly(self, alignment: int, calibrated: int) -> DeviceRing:
+        """This device with the alignment known to be ``alignment`` and the calibration
+        near ``calibrated`` (its first cycle the one nearest ``calibrated + alignment``)."""
+        k = np.rint((calibrated + alignment - self.first_cycle_ns) / self.cycle_ns)
+        first = int(np.rint(self.first_cycle_ns + k * self.cycle_ns))
+        return replace(
+            self,
+            first_cycle_ns=first,
+            alignment_ns=alignment,
+            alignment_low_ns=alignment,
+            alignment_high_ns=alignment,
+        )
 
 
 def written_contiguously(
@@ -272,45 +337,46 @@ def written_contiguously(
     ring buffer ran dry), if the schedule is later. A sink slaved to another clock also
     tracks the skew between the device and that clock and, past half its drift tolerance
     (20 ms), moves its schedule by the skew (and realigns unless it was writing the other
-    way). Those two rules need the ``ring`` and when each render began (``calls``), and
-    are applied only where every alignment the renders allow agrees: the ring ran dry
-    even for the latest, the skew is past the tolerance even for the one nearest to it
-    (by how much is taken at the best guess). Buffers are in render order; a duration
-    that is missing is taken from the running time of the next buffer."""
+    way, by whole samples). Those two rules need the ``ring`` and when each render began
+    (``calls``), and are applied only where every alignment the renders allow agrees: the
+    ring ran dry even for the latest; the skew was corrected for every alignment in the
+    bounds (each when its own average passed the tolerance, by its own average then) and
+    each realigned, or none did. The move is the best guess's, made once the last of them
+    has made it. Buffers are in render order; a duration that is missing is taken from
+    the running time of the next buffer."""
     n = len(schedule)
     length = buffer_lengths(duration, running)
     flagged = np.zeros(n, bool) if flags is None else (flags & RESYNC_FLAGS) != 0
     modelled = ring is not None and calls is not None
-    if modelled:
-        done = ring.segments_done(calls) * ring.segment_ns
+    slaving: list[_SkewSlaving] = []
+    guess = 0
+    if ring is not None and calls is not None:
+        done = ring.segments_done(calls + CYCLE_EARLY_NS) * ring.segment_ns
         # the first sample the device had not taken, on the schedule's timeline, for the
         # latest alignment the renders allow (the one that leaves the most room)
         read_up_to = (ring.first_cycle_ns - ring.alignment_high_ns + done).tolist()
         device_time = np.maximum(done - ring.delay_ns, 0).tolist()  # the sink's own clock
         since_first_cycle = (calls - ring.first_cycle_ns).tolist()
-        alignments = (ring.alignment_low_ns, ring.alignment_ns, ring.alignment_high_ns)
+        alignments = sorted({ring.alignment_low_ns, ring.alignment_ns, ring.alignment_high_ns})
+        slaving = [_SkewSlaving(a, ring.sample_ns) for a in alignments]
+        guess = alignments.index(ring.alignment_ns)
     placed = [0] * n
     sched, lengths, flag = schedule.tolist(), length.tolist(), flagged.tolist()
     following_place = None  # where the samples written so far end (the sink's next sample)
     discont_since = None
-    shift = 0  # how far the skew corrections moved the schedule
-    avg_skew = [0, 0, 0]  # the sink's averaged skew, per alignment (lowest, guess, highest)
+    shift = 0  # how far the skew corrections every alignment made moved the schedule
+    made = 0  # how many of them
     last_align = 0
     for i in range(n):
         if modelled:
-            for k, alignment in enumerate(alignments):
-                skew = device_time[i] - max(since_first_cycle[i] + alignment - shift, 0)
-                average = _trunc_div(31 * avg_skew[k] + skew, SKEW_FILTER)
-                avg_skew[k] = skew if i == 0 else average
-            # past the tolerance whatever the alignment (the skew falls as it grows)
-            if avg_skew[0] < -SKEW_TOLERANCE_NS or avg_skew[2] > SKEW_TOLERANCE_NS:
-                drift = avg_skew[1]  # the device runs ahead of (> 0) or behind (< 0) the clock
-                shift -= drift
-                avg_skew = [0, 0, 0]
-                if (drift > 0 and (last_align < 0 or last_align > drift)) or (
-                    drift < 0 and (last_align > 0 or -last_align > -drift)
-                ):
+            for each in slaving:
+                each.observe(device_time[i], since_first_cycle[i], last_align)
+            while all(len(each.corrections) > made for each in slaving):
+                corrections = [each.corrections[made] for each in slaving]
+                shift += corrections[guess][0]
+                if all(resync for _, resync in corrections):
                     following_place = None
+                made += 1
         wanted = sched[i] - shift
         if following_place is None or flag[i]:
             place = wanted
@@ -331,6 +397,38 @@ def written_contiguously(
         placed[i] = place
         following_place = place + lengths[i]
     return np.array(placed, np.int64)
+
+
+class _SkewSlaving:
+    """``GstAudioBaseSink``'s skew slaving for one alignment of the ring buffer: per render,
+    the skew between its device clock (segments taken less the device's delay) and the
+    pipeline clock since the calibration, averaged (31/32); past half the drift tolerance
+    it moves its calibration by the average (``corrections``: the move of the schedule
+    and whether the sink realigned, as it does unless it was aligning, in whole samples,
+    the same way by less)."""
+
+    def __init__(self, alignment: int, sample_ns: float) -> None:
+        self.alignment = alignment
+        self.sample_ns = sample_ns
+        self.shift = 0  # how far its corrections moved the schedule (earlier: > 0)
+        self.average: int | None = None
+        self.corrections: list[tuple[int, bool]] = []
+
+    def observe(self, device_time: int, since_first_cycle: int, last_align: int) -> None:
+        skew = device_time - max(since_first_cycle + self.alignment - self.shift, 0)
+        self.average = (
+            skew if self.average is None else _trunc_div(31 * self.average + skew, SKEW_FILTER)
+        )
+        drift = self.average
+        if abs(drift) <= SKEW_TOLERANCE_NS:
+            return
+        # the device runs ahead of (> 0) or behind (< 0) the clock
+        self.shift -= drift
+        self.average = 0
+        aligned = int(last_align / self.sample_ns)  # toward zero, as whole samples
+        moved = int(abs(drift) / self.sample_ns)
+        resync = aligned < 0 or aligned > moved if drift > 0 else aligned > 0 or -aligned > moved
+        self.corrections.append((-drift, resync))
 
 
 def buffer_lengths(duration: np.ndarray, running: np.ndarray) -> np.ndarray:
@@ -360,16 +458,20 @@ def device_ring(
     A render that has to wait for room returns as the device takes a segment (the sink
     is woken by the device's cycle), so the renders cluster just after the device's
     cycles: their phase (a low edge of the densest 0.1 ms of render returns modulo the
-    device's period, per window of renders, following a drift) gives the cycles. No
-    render returns before the device took the segment ``segments`` before the one its
-    last sample is in, and one that waited returns just then; over the first stretch
-    the sink wrote contiguously that bounds where the samples leave, hence the
-    alignment, to one period. The sink calibrated once playing, as its first render
-    began (not before the pipeline went to playing, the first push into it, nor the
-    upstream latency after the base time), and the device took the first segment at
-    its first cycle after that: the first cycle the bounds allow. The guess takes the
-    calibration as soon as it could have been; the sink's streaming thread resumed up to
-    4 ms later under load, which the trace does not show."""
+    device's period, per window of renders, following a drift) gives the cycles. Where
+    the sink puts its samples then says, for each alignment of its position 0 with the
+    device's cycles, when the device made room for each buffer's last sample (it took
+    the segment ``segments`` before that sample's): no render returns before that, and
+    one that waited for room returns just then. Each alignment from 0 to one period is
+    tried with the sink's rules applied as for that alignment alone (a skew correction,
+    when it comes, realigns or not by then, a period or more); the alignments whose
+    placements fit the renders best are the bounds (:func:`_misfits`). The sink
+    calibrated once playing, as its first render began (not before the pipeline went to
+    playing, the first push into it, nor the upstream latency after the base time), and
+    the device took the first segment at its first cycle after that: the best guess is
+    the first cycle the bounds allow. The guess takes the calibration as soon as it
+    could have been; the sink's streaming thread resumed up to 4 ms later under load,
+    which the trace does not show."""
     period = int(device.get("period_us", 0)) * 1000
     segments = int(device.get("periods", 0))
     if period <= 0 or segments <= 0 or len(rendered) < 2:
@@ -378,36 +480,90 @@ def device_ring(
     if cycles is None:
         return None
     first_cycle, cycle = cycles
-    # the renders of the first stretch written contiguously (no realignment the renders
-    # alone decide) bound the alignment to one period
-    free = written_contiguously(schedule, duration, running, flags)
-    length = buffer_lengths(duration, running)
-    breaks = np.flatnonzero(free[1:] != free[:-1] + length[:-1])
-    stretch = slice(0, breaks[0] + 1 if len(breaks) else len(free))
-    earliest = int((rendered[stretch] - free[stretch] - length[stretch]).min())
-    last_leaves = earliest + segments * period
-    low = max(last_leaves, -CALIBRATION_SLACK_NS)
-    high = min(last_leaves + period, period) - 1
-    if low > high:
-        return None
-    # the calibration was not before the pipeline played (nor before the first push): of
-    # the cycles after that, the first one the bounds allow, as soon after it as they allow
     calibrated = max(int(playing_ns), int(calls[0]))
-    k = np.ceil((calibrated - CALIBRATION_SLACK_NS - first_cycle) / cycle)
-    first = int(np.rint(first_cycle + k * cycle))
-    while first - calibrated < low:
-        first = int(np.rint(first + cycle))
-    alignment = min(first - calibrated, high)
-    return DeviceRing(
-        first_cycle_ns=first,
+    base = DeviceRing(
+        first_cycle_ns=int(np.rint(first_cycle)),
         cycle_ns=cycle,
         segment_ns=period,
         segments=segments,
         delay_ns=server_playback_ns(device),
+        alignment_ns=0,
+        alignment_low_ns=0,
+        alignment_high_ns=0,
+        sample_ns=1e9 / int(device.get("rate") or 48_000),
+    )
+    length = buffer_lengths(duration, running)
+    misfits: dict[int, int] = {}
+
+    def fit(alignment: int) -> int:
+        if alignment not in misfits:
+            ring = base.exactly(alignment, calibrated)
+            placed = written_contiguously(schedule, duration, running, flags, calls, ring)
+            misfits[alignment] = _misfits(placed, length, rendered, calls, ring)
+        return misfits[alignment]
+
+    for alignment in range(-CALIBRATION_SLACK_NS, period, ALIGNMENT_STEP_NS):
+        fit(alignment)
+    best = min(misfits.values())
+    if best > MISFIT_SHARE * len(rendered):  # no alignment explains the renders
+        return None
+    # the calibration was not before the pipeline played (nor before the first push):
+    # the device took the first segment at its first cycle after that, at the earliest
+    k = np.ceil((calibrated - CALIBRATION_SLACK_NS - first_cycle) / cycle)
+    first = int(np.rint(first_cycle + k * cycle))
+    # of the runs of best alignments (a step apart), the one that needs the sink's thread
+    # to have resumed least late after that
+    soonest = first - calibrated
+    good = sorted(a for a, m in misfits.items() if m == best)
+    runs = np.split(np.array(good), np.flatnonzero(np.diff(good) > ALIGNMENT_STEP_NS) + 1)
+
+    def lateness(run: np.ndarray) -> int:
+        if run[0] <= soonest:
+            return max(soonest - int(run[-1]), 0)
+        return soonest + period - int(run[-1])  # a cycle later
+
+    nearest = min(runs, key=lateness)
+    low, high = int(nearest[0]), int(nearest[-1])
+    # the edges to a finer step (the placements change where a skew correction moves)
+    for alignment in range(low - ALIGNMENT_FINE_NS, low - ALIGNMENT_STEP_NS, -ALIGNMENT_FINE_NS):
+        if alignment < -CALIBRATION_SLACK_NS or fit(alignment) != best:
+            break
+        low = alignment
+    for alignment in range(high + ALIGNMENT_FINE_NS, high + ALIGNMENT_STEP_NS, ALIGNMENT_FINE_NS):
+        if alignment >= period or fit(alignment) != best:
+            break
+        high = alignment
+    # the first cycle the bounds allow, as soon after the calibration as they allow
+    while first - calibrated < low:
+        first = int(np.rint(first + cycle))
+    alignment = min(first - calibrated, high)
+    return replace(
+        base,
+        first_cycle_ns=first,
         alignment_ns=alignment,
         alignment_low_ns=low,
         alignment_high_ns=high,
     )
+
+
+def _misfits(
+    placed: np.ndarray,
+    length: np.ndarray,
+    rendered: np.ndarray,
+    calls: np.ndarray,
+    ring: DeviceRing,
+) -> int:
+    """How many renders the placements do not explain, with the ``ring``'s alignment: a
+    render that returned before the device made room for its last sample (took the
+    segment ``segments`` before it), or one that waited (returned more than 1 ms after
+    it began, just after a device cycle) beyond the cycle that made its room."""
+    last = placed + length - 1 + ring.alignment_ns
+    room = ring.segment_taken(last) - int(np.rint(ring.segments * ring.cycle_ns))
+    early = rendered < room - ROOM_TOLERANCE_NS
+    near_cycle = np.mod(rendered - ring.first_cycle_ns + CYCLE_CLUSTER_NS, ring.cycle_ns)
+    waited = (rendered - calls > WAIT_NS) & (near_cycle < 2 * CYCLE_CLUSTER_NS)
+    late = waited & (rendered > np.maximum(room, calls) + CYCLE_CLUSTER_NS)
+    return int(np.count_nonzero(early | late))
 
 
 def _device_cycles(rendered: np.ndarray, period: int) -> tuple[float, float] | None:
