@@ -84,7 +84,12 @@ def check_stream(stream: dict, lossless: bool, unit_ms: float) -> None:
     if lossless:
         assert stream["lost"] == 0
     for seg in stream["segments"]:
-        if seg["kind"] in ("processing", "queue", "jitterbuffer", "playout"):
+        if seg.get("estimated"):
+            # an audio sink's device exit (stitch/devices.py): a render held up by a stalled
+            # thread returns after its samples left (down to -156 ms seen with the sink's own
+            # log), so only the typical unit must not be early
+            assert seg["p50_ms"] >= 0, f"negative segment {seg['from']} -> {seg['to']}"
+        elif seg["kind"] in ("processing", "queue", "jitterbuffer", "playout"):
             assert seg["min_ms"] >= 0, f"negative segment {seg['from']} -> {seg['to']}"
         elif seg["kind"] == "network":
             # A network sink's render time is when its send call returned; the receiver
