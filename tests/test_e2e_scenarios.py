@@ -27,6 +27,7 @@ pytestmark = [
 SCENARIOS = sorted((Path(__file__).resolve().parent.parent / "scenarios").glob("*.toml"))
 STATS = ("count", "min_ms", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "p999_ms", "max_ms")
 SEND_RETURN_MS = 0.5
+CLOCK_WAIT_EARLY_MS = 0.1
 RUN_S = 3
 
 
@@ -97,5 +98,8 @@ def check_stream(stream: dict, lossless: bool, unit_ms: float) -> None:
             assert seg["p50_ms"] >= -SEND_RETURN_MS, f"{seg['from']} -> {seg['to']}"
         else:
             # audiotestsrc pushes a buffer at its PTS, before later units in it are
-            # "captured": rare with 10 ms buffers, never typical.
-            assert seg["p50_ms"] >= 0, f"negative segment {seg['from']} -> {seg['to']}"
+            # "captured": rare with 10 ms buffers, never typical. A live video source's
+            # push is its clock wait's end, about 0 (videotestsrc: +0.085 ms p50 alone,
+            # -0.034 ms in one run beside other tests, its trace's clock samples agreeing
+            # to 0.3 us): the wait may end a little before its time.
+            assert seg["p50_ms"] >= -CLOCK_WAIT_EARLY_MS, f"{seg['from']} -> {seg['to']}"
