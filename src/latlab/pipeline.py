@@ -1,4 +1,6 @@
-"""From a run directory to its summary: ingest -> stitch -> analysis -> summary.json."""
+"""The composition point: a run directory becomes its :class:`RunAnalysis` here, and only
+here (ingest -> stitch -> analysis -> summary.json, kept in the run directory so that
+later reports read it instead of stitching again: :mod:`latlab.analysis.store`)."""
 
 from __future__ import annotations
 
@@ -89,7 +91,7 @@ def analysis_of(
     meta = run_metadata(run_dir)
     unit = unit_ms or float(meta.get("unit_ms", 10.0))
     if reuse:
-        stored = _stored(run_dir, unit)
+        stored = _stored(run_dir, meta, unit)
         if stored is not None:
             return stored
     inputs = store.fingerprint(run_dir)
@@ -119,7 +121,7 @@ def analyze_run(
     return analysis.summary, analysis.table, analysis.streams
 
 
-def _stored(run_dir: Path, unit_ms: float) -> RunAnalysis | None:
+def _stored(run_dir: Path, meta: dict[str, Any], unit_ms: float) -> RunAnalysis | None:
     """The run's stored analysis, if current."""
     summary = _stored_summary(run_dir)
     if summary is None:
@@ -127,7 +129,6 @@ def _stored(run_dir: Path, unit_ms: float) -> RunAnalysis | None:
     kept = store.read(run_dir, unit_ms, summary)
     if kept is None:
         return None
-    meta = run_metadata(run_dir)
     return RunAnalysis(run_dir, meta, summary, kept.streams, kept.processes, kept.threads, True)
 
 
