@@ -350,9 +350,10 @@ def compare_runs(
 
     run_a, run_b = resolve_run(spec_a), resolve_run(spec_b)
     report(f"analysing A ({run_a.path})")
-    streams_a = analysis_of(run_a.path, unit_ms).streams
+    keep = unit_ms is None  # another unit than a run's own is not stored in it
+    streams_a = analysis_of(run_a.path, unit_ms, write=keep).streams
     report(f"analysing B ({run_b.path})")
-    streams_b = analysis_of(run_b.path, unit_ms).streams
+    streams_b = analysis_of(run_b.path, unit_ms, write=keep).streams
     return compare_streams(streams_a, streams_b, run_a, run_b, report=report, **options)
 
 

@@ -109,7 +109,7 @@ def export_perfetto(run_dir: Path, out: Path, unit_ms: float | None = None) -> E
     """Analyse ``run_dir`` (its summary.json is left as it is) and write its Perfetto trace."""
     from latlab.pipeline import analysis_of
 
-    analysis = analysis_of(run_dir, unit_ms)
+    analysis = analysis_of(run_dir, unit_ms, write=unit_ms is None)  # not another unit
     return write_perfetto(
         analysis.streams, analysis.processes, analysis.threads, analysis.meta, out
     )
