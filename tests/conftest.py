@@ -12,6 +12,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
@@ -168,6 +169,14 @@ def run_and_analyze(tmp_path: Path) -> RunScenario:
         return summary
 
     return run
+
+
+def as_if_in_background() -> None:
+    """``preexec_fn`` for a child that starts with SIGINT ignored, as a shell starts
+    commands in the background (``&``, nohup, CI runners): latlab must still stop cleanly
+    on SIGINT (the fresh-machine run that failed test_interrupt_mid_run_cleans_up had its
+    tests started so)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def stop_budget_s(processes: int = 2) -> float:

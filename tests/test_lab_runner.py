@@ -19,7 +19,7 @@ from latlab.lab.netns import list_namespaces
 from latlab.lab.runner import READY_TIMEOUT_S, RunError, run_scenario
 from latlab.lab.scenario import Scenario, load_scenario, parse_scenario
 from latlab.tracer import is_built
-from tests.conftest import L16_CAPS, stop_budget_s, two_hosts
+from tests.conftest import L16_CAPS, as_if_in_background, stop_budget_s, two_hosts
 
 pytestmark = [
     pytest.mark.e2e,
@@ -161,8 +161,9 @@ def test_interrupt_mid_run_cleans_up(tmp_path: Path, signum: int, code: int) -> 
     out = tmp_path / "run"
     argv = [sys.executable, "-m", "latlab.lab", str(path), str(out), "--no-trace"]
     child = subprocess.Popen(
-        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+        argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=as_if_in_background,
+    )  # fmt: skip
     try:
         assert child.stdout is not None
         line = read_line(child.stdout, READY_TIMEOUT_S * 2 + 10)  # once every process is ready

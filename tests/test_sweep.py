@@ -20,7 +20,7 @@ from latlab.lab.scenario import Scenario, ScenarioError, parse_scenario
 from latlab.lab.sweep import expand_sweep, to_toml
 from latlab.report.sweep_table import comparison_table
 from latlab.rundir import read_sweep as load_sweep
-from tests.conftest import L16_CAPS, LATLAB, stop_budget_s, two_hosts
+from tests.conftest import L16_CAPS, LATLAB, as_if_in_background, stop_budget_s, two_hosts
 from tests.test_cli import latlab, one_line_error
 
 CAPS = L16_CAPS
@@ -319,6 +319,7 @@ def test_ctrl_c_keeps_finished_points_and_sweep_json(tmp_path: Path) -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=as_if_in_background,
     )
     try:
         _wait_for(

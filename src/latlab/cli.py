@@ -19,7 +19,7 @@ from rich.table import Table
 
 from latlab.errors import INTERNAL, INTERRUPTED, TERMINATED, LatlabError, UserInputError
 from latlab.lab.scenario import Scenario
-from latlab.lab.signals import Terminated
+from latlab.lab.signals import Terminated, interruptible
 from latlab.rundir import SUMMARY_FILE, SWEEP_FILE, is_sweep_dir
 
 app = typer.Typer(
@@ -517,6 +517,7 @@ def main() -> None:
 
     ``kill -USR1 PID`` prints every thread's Python stack to stderr (where a run hangs)."""
     faulthandler.register(signal.SIGUSR1, all_threads=True)
+    interruptible()
     try:
         app(prog_name="latlab")
     except LatlabError as exc:

@@ -16,6 +16,7 @@ from pathlib import Path
 from latlab.errors import INTERRUPTED, LatlabError
 from latlab.lab.runner import run_scenario
 from latlab.lab.scenario import load_scenario
+from latlab.lab.signals import interruptible
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
     args = parser.parse_args(argv)
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1: where it is stuck
+    interruptible()  # a clean stop on SIGINT, also when started in the background
     try:
         scenario = load_scenario(args.scenario)
         result = run_scenario(

@@ -16,6 +16,14 @@ class Terminated(SystemExit):
         super().__init__(128 + signal.SIGTERM)
 
 
+def interruptible() -> None:
+    """Make SIGINT raise KeyboardInterrupt (a clean stop) even if latlab was started with
+    it ignored: a shell ignores SIGINT in the commands it starts in the background (``&``,
+    nohup, many CI runners), and Python keeps an ignored SIGINT ignored, so ``kill -INT``
+    would not stop a run. Called first by the entry points."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _in_main_thread() -> bool:
     return threading.current_thread() is threading.main_thread()
 
