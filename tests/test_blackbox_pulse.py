@@ -96,10 +96,13 @@ def test_every_code_crosses_the_pulse_devices(planted: dict) -> None:
         assert "recorded at a PulseAudio device's monitor" in box["method"]
         assert -PERIOD_MS - 1.0 < box["unexplained"]["p50_ms"] < BUFFER_MS + 1.0
         codes = pq.read_table(run_dir / CODES_FILE).to_pydict()
-        played = np.asarray(codes["black_box_ms"], dtype=np.float64)
-        played = played[np.isfinite(played)]
-        # the black box holds still from code to code
-        assert np.median(np.abs(np.diff(played))) < 0.2
+        unexplained = np.asarray(codes["unexplained_ms"], dtype=np.float64)
+        unexplained = unexplained[np.isfinite(unexplained)]
+        # The system's own latency may drift within a run (the receiver's jitter buffer
+        # held 66 ms early in a run and 43 ms late; its black box fell 4.5 ms, another
+        # 7.8 ms); the probes must follow it code by code, so what they leave
+        # unexplained holds still: median step 0.06-0.08 ms in four runs.
+        assert np.median(np.abs(np.diff(unexplained))) < 0.2
 
 
 @pytest.mark.exclusive
