@@ -74,6 +74,17 @@ def _distinct(values: np.ndarray) -> set[int]:
     return {int(v) for v in np.unique(values)}
 
 
+def _payloaded(index: _Index, probes: list[int]) -> int | None:
+    """The SSRC a path's units were payloaded into, when its packets never left the
+    process (or were not seen elsewhere, e.g. after an SFU rewrote them): that of the
+    first pad on it that carried RTP of one SSRC. After it, a pad where several streams
+    meet (a funnel) is read for that SSRC's packets only."""
+    for probe in probes:
+        if index.is_rtp[probe] and len(index.ssrcs[probe]) == 1:
+            return next(iter(index.ssrcs[probe]))
+    return None
+
+
 def find_paths(table: EventTable) -> list[StreamPath]:
     """Every path from a media source to a sink, following RTP across processes."""
     index = _Index(table)
@@ -81,7 +92,8 @@ def find_paths(table: EventTable) -> list[StreamPath]:
     for probe in table.probes:
         if _is_media_origin(probe, index):
             for probes, via in _walk(index, probe, _Via(), depth=0):
-                paths.append(StreamPath(tuple(probes), via.ssrc, via.pid))
+                ssrc = via.ssrc if via.ssrc is not None else _payloaded(index, probes)
+                paths.append(StreamPath(tuple(probes), ssrc, via.pid))
     paths = _best_per_route(paths, index.counts)
     carried = {path.ssrc for path in paths}
     return paths + _paths_from_outside(index, carried)
