@@ -13,6 +13,7 @@ APT_PACKAGES=(
     python3 python3-venv python3-dev procps  # python3-dev: pesq builds a C extension
     jackd2 pulseaudio pulseaudio-utils
     ethtool
+    linux-perf  # cost = true: a process's CPU time, switches, syscalls (perf stat)
     user-mode-linux kmod  # a kernel with sch_netem for the netem backend's test (tests/test_netem.py)
 )
 # Browser peers (issue 5): Chromium, and libnice + the GstWebRTC typelib for the webrtcbin

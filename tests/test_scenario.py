@@ -115,7 +115,7 @@ def test_load_missing_file(tmp_path: Path) -> None:
         (
             'pipeline = "audiotestsrc',
             'pipline = "audiotestsrc',
-            "processes.sender: unknown key 'pipline' (known: host, pipeline, env, command, sched)",
+            "processes.sender: unknown key 'pipline' (known: host, pipeline, env, command, sched, cost, cost_idle_s)",
         ),
         ('host = "tx"', 'host = "tz"', "processes.sender.host: unknown host 'tz' (hosts: rx, tx)"),
         ("duration_s = 10", "duration_s = -1", "duration_s: must be a positive number"),
@@ -132,7 +132,7 @@ def test_load_missing_file(tmp_path: Path) -> None:
         ("${hosts.tx.addr}", "${tx}", "processes.receiver.env.PEER: unknown reference '${tx}'"),
         ("[analysis]\nunit_ms = 5", "[analysis]\nunit_s = 5", "analysis: unknown key 'unit_s'"),
         ("unit_ms = 5", "unit_ms = 0", "analysis.unit_ms: must be a positive number"),
-        ("[hosts.tx]", "[hosts.tx]\nos = 1", "hosts.tx: unknown key 'os' (known: none)"),
+        ("[hosts.tx]", "[hosts.tx]\nos = 1", "hosts.tx: unknown key 'os' (known: capture)"),
         ("[hosts.tx]", '[hosts."t x"]', "hosts.t x: invalid name 't x'"),
         ('name = "l16-basic"', 'name = "l16-basic"\nnmae = 1', "unknown key 'nmae'"),
         ("between = [", "betwen = [", "links[0]: unknown key 'betwen' (known: between, "),

@@ -61,6 +61,9 @@ pub struct Record {
     pub rtp_ssrc: u32,
     pub rtp_seq: u16,
     pub rtp_pt: u8,
+    /// The RTP header's length (fixed part, CSRCs, extension) in 32-bit words; 0 when
+    /// the packet is not RTP or the header does not fit the packet.
+    pub rtp_header_words: u8,
     pub rtp_ts: u32,
     pub packet_id: u32,
     pub ethertype: u16,
@@ -86,6 +89,7 @@ impl Record {
         b[44..48].copy_from_slice(&self.rtp_ssrc.to_le_bytes());
         b[48..50].copy_from_slice(&self.rtp_seq.to_le_bytes());
         b[50] = self.rtp_pt;
+        b[51] = self.rtp_header_words;
         b[52..56].copy_from_slice(&self.rtp_ts.to_le_bytes());
         b[56..60].copy_from_slice(&self.packet_id.to_le_bytes());
         b[60..62].copy_from_slice(&self.ethertype.to_le_bytes());

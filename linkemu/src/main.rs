@@ -12,23 +12,17 @@
 //! CLOCK_MONOTONIC instant (absolute-deadline sleep, then a short spin). Prints
 //! `ready` once both sockets are bound; stops cleanly on SIGINT or SIGTERM.
 
-mod config;
-mod lane;
-mod log;
-mod model;
-mod net;
-mod rt;
-
 use std::fs::File;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use config::Config;
-use lane::Lane;
+use latlab_linkemu::config::Config;
+use latlab_linkemu::lane::{self, Lane};
+use latlab_linkemu::net::PacketSocket;
+use latlab_linkemu::{log, model, rt};
 use lltrace::Spsc;
-use net::PacketSocket;
 
 struct Args {
     iface_a: String,

@@ -155,6 +155,142 @@ impl Drop for PacketSocket {
     }
 }
 
+const PACKET_STATISTICS: i32 = 6;
+const ARPHRD_LOOPBACK: u16 = 772;
+
+/// A raw packet socket on every interface of the network namespace it was opened in, for
+/// the traffic of the host itself: frames it receives and frames it sends (loopback
+/// skipped), each with the kernel's timestamp (SO_TIMESTAMPNS: CLOCK_REALTIME, taken
+/// when the frame entered the stack or reached the device on its way out).
+pub struct CaptureSocket {
+    fd: i32,
+}
+
+/// A frame captured: its real length, whether it fit, its direction and the kernel's
+/// timestamp (None if the kernel gave none).
+pub struct Captured {
+    pub len: usize,
+    pub truncated: bool,
+    pub outgoing: bool,
+    pub realtime_ns: Option<u64>,
+}
+
+/// Room for the control messages of one `recvmsg` (one `timespec`), 8-byte aligned.
+pub type Control = [u64; 8];
+
+impl CaptureSocket {
+    /// Open (ETH_P_ALL, every interface) with kernel timestamps; `recv` times out after
+    /// 100 ms.
+    pub fn open() -> Result<CaptureSocket, String> {
+        let all = "every interface";
+        // SAFETY: plain syscall with valid arguments.
+        let fd = unsafe {
+            libc::socket(
+                libc::AF_PACKET,
+                libc::SOCK_RAW,
+                i32::from(ETH_P_ALL.to_be()),
+            )
+        };
+        if fd < 0 {
+            return Err(os_error("socket(AF_PACKET)", all));
+        }
+        let sock = CaptureSocket { fd };
+        if !set_opt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &1i32) {
+            return Err(os_error("SO_TIMESTAMPNS", all));
+        }
+        if !set_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUFFORCE, &SOCKET_BUFFER) {
+            set_opt(fd, libc::SOL_SOCKET, libc::SO_RCVBUF, &SOCKET_BUFFER);
+        }
+        let timeout = libc::timeval {
+            tv_sec: 0,
+            tv_usec: 100_000,
+        };
+        set_opt(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &timeout);
+        Ok(sock)
+    }
+
+    /// Receive the next frame (loopback frames skipped) into `buf`; None on timeout or
+    /// interruption. `control` is scratch space for the timestamp, reused every call.
+    pub fn recv(&self, buf: &mut [u8], control: &mut Control) -> Option<Captured> {
+        loop {
+            let mut from: libc::sockaddr_ll = unsafe { zeroed() };
+            let mut iov = libc::iovec {
+                iov_base: buf.as_mut_ptr() as *mut libc::c_void,
+                iov_len: buf.len(),
+            };
+            // SAFETY: a zeroed msghdr is valid; every pointer set below outlives the call.
+            let mut msg: libc::msghdr = unsafe { zeroed() };
+            msg.msg_name = &mut from as *mut libc::sockaddr_ll as *mut libc::c_void;
+            msg.msg_namelen = size_of::<libc::sockaddr_ll>() as libc::socklen_t;
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.as_mut_ptr() as *mut libc::c_void;
+            msg.msg_controllen = size_of::<Control>();
+            // SAFETY: `msg` describes valid buffers.
+            let n = unsafe { libc::recvmsg(self.fd, &mut msg, libc::MSG_TRUNC) };
+            if n < 0 {
+                return None;
+            }
+            if from.sll_hatype == ARPHRD_LOOPBACK {
+                continue;
+            }
+            let len = n as usize;
+            return Some(Captured {
+                len,
+                truncated: len > buf.len(),
+                outgoing: from.sll_pkttype == PACKET_OUTGOING,
+                realtime_ns: kernel_timestamp(&msg),
+            });
+        }
+    }
+
+    /// Frames the kernel dropped because this socket's buffer was full, since the last
+    /// call (PACKET_STATISTICS resets its counters when read).
+    pub fn drops(&self) -> u64 {
+        let mut stats = [0u32; 2]; // struct tpacket_stats { tp_packets, tp_drops }
+        let mut len = size_of::<[u32; 2]>() as libc::socklen_t;
+        // SAFETY: `stats` is valid for `len` bytes.
+        let ok = unsafe {
+            libc::getsockopt(
+                self.fd,
+                SOL_PACKET,
+                PACKET_STATISTICS,
+                stats.as_mut_ptr() as *mut libc::c_void,
+                &mut len,
+            )
+        } == 0;
+        if ok {
+            u64::from(stats[1])
+        } else {
+            0
+        }
+    }
+}
+
+/// The SCM_TIMESTAMPNS control message of a received message, in nanoseconds.
+fn kernel_timestamp(msg: &libc::msghdr) -> Option<u64> {
+    // SAFETY: `msg` was filled by recvmsg; the CMSG macros stay within msg_controllen.
+    unsafe {
+        let mut cmsg = libc::CMSG_FIRSTHDR(msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_TIMESTAMPNS
+            {
+                let ts = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const libc::timespec);
+                return Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+            }
+            cmsg = libc::CMSG_NXTHDR(msg, cmsg);
+        }
+    }
+    None
+}
+
+impl Drop for CaptureSocket {
+    fn drop(&mut self) {
+        // SAFETY: we own the descriptor.
+        unsafe { libc::close(self.fd) };
+    }
+}
+
 fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
 }
@@ -222,6 +358,24 @@ fn inspect_rtp(p: &[u8], rec: &mut Record) {
     rec.rtp_seq = rtp.seq;
     rec.rtp_ts = rtp.timestamp;
     rec.rtp_ssrc = rtp.ssrc;
+    rec.rtp_header_words = rtp_header_words(p);
+}
+
+/// The RTP header's length in 32-bit words: 12 bytes, 4 per CSRC, and with the X bit
+/// the extension's 4-byte header and its length words (RFC 3550 5.3.1); 0 when that
+/// runs past the packet or past 255 words.
+fn rtp_header_words(p: &[u8]) -> u8 {
+    let mut len = 12 + 4 * usize::from(p[0] & 0x0f);
+    if p[0] & 0x10 != 0 {
+        if p.len() < len + 4 {
+            return 0;
+        }
+        len += 4 + 4 * usize::from(be16(p, len + 2));
+    }
+    if len > p.len() {
+        return 0;
+    }
+    u8::try_from(len / 4).unwrap_or(0)
 }
 
 const TS_PACKET: usize = 188;
@@ -407,6 +561,24 @@ mod tests {
         assert_eq!((rec.rtp_pt, rec.rtp_seq, rec.rtp_ts), (96, 513, 48000));
         assert_eq!(rec.rtp_ssrc, 0xdead_beef);
         assert_eq!(rec.payload_flags, 0);
+        assert_eq!(rec.rtp_header_words, 3);
+    }
+
+    #[test]
+    fn rtp_header_length_counts_csrcs_and_the_extension() {
+        // Two CSRCs and a one-byte-header extension of two words (as WebRTC sends).
+        let mut rtp = vec![0x92, 96, 0, 1, 0, 0, 0, 9, 0, 0, 0, 7];
+        rtp.extend_from_slice(&[0; 8]);
+        rtp.extend_from_slice(&[0xbe, 0xde, 0, 2]);
+        rtp.extend_from_slice(&[0x10, 1, 0, 0, 0x22, 1, 2, 3]);
+        rtp.extend_from_slice(&[0xaa; 100]);
+        assert_eq!(inspected(&rtp).rtp_header_words, 3 + 2 + 1 + 2);
+        // An extension that claims more than the packet holds.
+        let mut cut = vec![0x90, 96, 0, 1, 0, 0, 0, 9, 0, 0, 0, 7, 0xbe, 0xde, 0, 40];
+        cut.extend_from_slice(&[0; 8]);
+        let rec = inspected(&cut);
+        assert_eq!(rec.flags & FLAG_RTP, FLAG_RTP);
+        assert_eq!(rec.rtp_header_words, 0);
     }
 
     #[test]

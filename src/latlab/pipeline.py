@@ -16,9 +16,11 @@ import pyarrow.parquet as pq
 
 from latlab.analysis import store
 from latlab.analysis.blackbox import BlackBoxError, black_box_summary
+from latlab.analysis.cost import process_costs
 from latlab.analysis.element_stats import srt_summary, stats_table
 from latlab.analysis.resources import summarize_resources
 from latlab.analysis.segments import StreamAnalysis, analyze, measured_window
+from latlab.analysis.sfu_dwell import sfu_dwell
 from latlab.analysis.summary import build_summary, write_summary
 from latlab.ingest.browser_records import read_browser_logs
 from latlab.ingest.events import EventTable, load_run
@@ -28,6 +30,7 @@ from latlab.rundir import (
     BLACKBOX_FILE,
     ELEMENT_STATS_FILE,
     EVENTS_FILE,
+    FORWARDING_FILE,
     RESOURCES_FILE,
     SCENARIO_FILE,
     SUMMARY_FILE,
@@ -138,6 +141,7 @@ class _Outputs:
 
     element_stats: pa.Table
     blackbox_codes: pa.Table | None
+    forwarding: pa.Table | None
 
 
 def _stored_summary(run_dir: Path) -> dict[str, Any] | None:
@@ -168,6 +172,11 @@ def _analyze(run_dir: Path, meta: dict[str, Any], unit: float) -> tuple[RunAnaly
     blackbox, blackbox_codes = _black_box(run_dir, table, streams, meta)
     if blackbox is not None:
         summary["blackbox"] = blackbox
+    forwarding, forwarded = sfu_dwell(run_dir)
+    if forwarding:
+        summary["forwarding"] = forwarding
+    if meta.get("costs"):
+        summary["costs"] = process_costs(run_dir, meta, _egress_by_host(forwarded))
     element_stats = stats_table(table)
     srt = srt_summary(element_stats)
     if srt:
@@ -178,7 +187,16 @@ def _analyze(run_dir: Path, meta: dict[str, Any], unit: float) -> tuple[RunAnaly
     ]
     threads = list(table.threads)
     analysis = RunAnalysis(run_dir, meta, summary, streams, processes, threads, _table=table)
-    return analysis, _Outputs(element_stats, blackbox_codes)
+    return analysis, _Outputs(element_stats, blackbox_codes, forwarded)
+
+
+def _egress_by_host(forwarded: pa.Table | None) -> dict[str, Any]:
+    """Per captured host, the times its egress RTP packets left (forwarding.parquet)."""
+    if forwarded is None:
+        return {}
+    hosts = forwarded.column("host").to_numpy(zero_copy_only=False)
+    times = forwarded.column("egress_ns").to_numpy()
+    return {host: times[hosts == host] for host in set(hosts.tolist())}
 
 
 def _write(
@@ -194,6 +212,8 @@ def _write(
         pq.write_table(outputs.element_stats, run_dir / ELEMENT_STATS_FILE)
     if outputs.blackbox_codes is not None:
         pq.write_table(outputs.blackbox_codes, run_dir / BLACKBOX_FILE)
+    if outputs.forwarding is not None:
+        pq.write_table(outputs.forwarding, run_dir / FORWARDING_FILE)
     with suppress(OSError):
         store.write(run_dir, unit, analysis.streams, analysis.processes, analysis.threads, inputs)
 

@@ -35,6 +35,8 @@ RESOURCES_SYSTEM = ""  # resources.parquet: the process name of the system-wide 
 TRACES = "traces"
 LOGS = "logs"
 LINKS = "links"
+CAPTURES = "captures"  # captures/HOST.lllink and HOST.json: a host's packets (capture = true)
+COSTS = "costs"  # costs/PROCESS.csv: perf's counts of a process with cost = true
 BROWSERS = "browsers"
 SIGNAL = "signal"
 # In signal/ (a [signal] table, the black box): what was played and what was recorded,
@@ -59,6 +61,7 @@ SUMMARY_FILE = "summary.json"
 EVENTS_FILE = "events.parquet"
 ELEMENT_STATS_FILE = "element-stats.parquet"
 BLACKBOX_FILE = "blackbox.parquet"
+FORWARDING_FILE = "forwarding.parquet"  # a captured host: every egress RTP packet, matched
 ANALYSIS_DIR = "analysis"
 ANALYSIS_MANIFEST = "manifest.json"
 ARROW_SUFFIX = ".arrow"  # in analysis/, with stream-N.arrow and timeline-N.arrow
@@ -69,7 +72,7 @@ SWEEP_FILE = "sweep.json"
 POINTS_DIR = "points"
 
 ANALYSIS_INPUT_FILES = (RUN_FILE, SCENARIO_FILE, RESOURCES_FILE)
-ANALYSIS_INPUT_DIRS = (TRACES, LINKS, BROWSERS, SIGNAL)
+ANALYSIS_INPUT_DIRS = (TRACES, LINKS, CAPTURES, COSTS, BROWSERS, SIGNAL)
 
 
 class RunDirError(UserInputError, ValueError):
@@ -194,6 +197,30 @@ def process_logs(run_dir: Path, process: str) -> tuple[Path, Path]:
     """Where a process's standard output and error go: ``logs/NAME.stdout``, ``.stderr``."""
     logs = Path(run_dir) / LOGS
     return logs / f"{process}.stdout", logs / f"{process}.stderr"
+
+
+def capture_log(run_dir: Path, host: str) -> Path:
+    """A host's packet capture: ``captures/HOST.lllink``."""
+    return Path(run_dir) / CAPTURES / f"{host}{LINK_LOG_SUFFIX}"
+
+
+def capture_stats(run_dir: Path, host: str) -> Path:
+    """What a host's capture counted (frames, kernel drops, clock): ``captures/HOST.json``."""
+    return Path(run_dir) / CAPTURES / f"{host}.json"
+
+
+def cost_file(run_dir: Path, process: str) -> Path:
+    """perf's counts of a process with ``cost = true``: ``costs/PROCESS.csv``."""
+    return Path(run_dir) / COSTS / f"{process}.csv"
+
+
+def capture_hosts(run_dir: Path) -> list[str]:
+    """The hosts whose packets a run captured, sorted."""
+    directory = Path(run_dir) / CAPTURES
+    if not directory.is_dir():
+        return []
+    return sorted(p.name.removesuffix(LINK_LOG_SUFFIX) for p in directory.iterdir()
+                  if p.name.endswith(LINK_LOG_SUFFIX))  # fmt: skip
 
 
 def trace_dir(run_dir: Path) -> Path:

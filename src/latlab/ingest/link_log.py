@@ -49,7 +49,7 @@ RECORD_DTYPE = np.dtype(
         ("ssrc", "<u4"),
         ("seq", "<u2"),
         ("pt", "u1"),
-        ("pad", "u1"),
+        ("rtp_header_words", "u1"),
         ("rtp_ts", "<u4"),
         ("packet_id", "<u4"),
         ("ethertype", "<u2"),
@@ -75,7 +75,8 @@ class LinkLog:
     copy was released), ``size``, ``direction`` (0 forward a->b, 1 reverse),
     ``verdict`` (see :data:`VERDICTS`), ``ip_proto``, ``flags``, ``src_port``,
     ``dst_port``, ``src_ip``, ``dst_ip`` (IPv4 as integers), ``ssrc``, ``seq``,
-    ``pt``, ``rtp_ts``, ``packet_id``, ``ethertype`` and ``is_rtp`` (bool).
+    ``pt``, ``rtp_ts``, ``rtp_header_words`` (the RTP header's length in 32-bit words,
+    0 when unknown), ``packet_id``, ``ethertype``, ``is_rtp`` and ``marker`` (bool).
 
     MPEG-TS payloads (docs/link-log-format.md, payload flags): ``payload_flags``
     (u16), booleans ``is_ts`` (the payload is TS, plain or in SRT), ``pes_start`` (a
@@ -157,9 +158,10 @@ def _info(raw: bytes, path: Path) -> dict[str, Any]:
 
 
 def _columns(records: np.ndarray) -> dict[str, np.ndarray]:
-    names = [n for n in RECORD_DTYPE.names or () if n != "pad"]
+    names = list(RECORD_DTYPE.names or ())
     columns = {name: np.ascontiguousarray(records[name]) for name in names}
     columns["is_rtp"] = (columns["flags"] & FLAG_RTP) != 0
+    columns["marker"] = (columns["flags"] & FLAG_RTP_MARKER) != 0
     payload = columns["payload_flags"]
     for name, bit in (("is_ts", PAYLOAD_TS), ("pes_start", PAYLOAD_PES_START),
                       ("srt_data", PAYLOAD_SRT_DATA), ("srt_retransmit", PAYLOAD_SRT_REXMIT),

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from latlab.errors import MeasurementError
 from latlab.lab import links as emulated
 from latlab.lab import netem
+from latlab.lab.capture import Capture, CaptureError
 from latlab.lab.links import LinkPlan
 from latlab.lab.process import failure_line
 from latlab.lab.signals import signals_deferred, sigterm_raises
@@ -175,9 +176,11 @@ class Lab:
         link_configs: Sequence[Mapping[str, Any] | None] = (),
         exited: threading.Event | None = None,
         link_backends: Sequence[str] = (),
+        capture_hosts: Sequence[str] = (),
     ) -> None:
         """``link_configs[i]``: emulator configuration of link ``i`` (None: direct veth);
-        ``link_backends[i]``: the scenario's ``backend`` for it (default latlab-linkemu).
+        ``link_backends[i]``: the scenario's ``backend`` for it (default latlab-linkemu);
+        ``capture_hosts``: hosts whose every packet is captured (``run_dir/captures/``).
 
         Emulated links log to ``run_dir/links/`` (a new temporary directory without
         ``run_dir``); ``exited`` is set when an emulator exits.
@@ -196,6 +199,10 @@ class Lab:
         )
         self.emulators: dict[int, emulated.Emulator] = {}
         self.netem_links: dict[int, netem.NetemLink] = {}
+        for host in capture_hosts:
+            self._check_host(host)
+        self.capture_hosts = list(capture_hosts)
+        self.captures: list[Capture] = []
         self._check_router_names()
         self._created: list[str] = []
         self._stack = ExitStack()
@@ -221,6 +228,7 @@ class Lab:
             run_dir=run_dir,
             link_configs=configs,
             link_backends=[link.backend for link in scenario.links],
+            capture_hosts=[host.name for host in scenario.hosts if host.capture],
             exited=exited,
             owner_pid=owner_pid,
         )
@@ -258,7 +266,10 @@ class Lab:
             }
             for p in self.links
         ]
-        return {"hosts": hosts, "links": links}
+        described: dict[str, Any] = {"hosts": hosts, "links": links}
+        if self.captures:
+            described["captures"] = {c.host: c.describe() for c in self.captures}
+        return described
 
     def _describe_backend(self, plan: LinkPlan) -> dict[str, Any]:
         if plan.index in self.netem_links:
@@ -277,7 +288,9 @@ class Lab:
             emulated.check_emulators(list(self.emulators.values()))
             for link in self.netem_links.values():
                 link.check()
-        except (emulated.LinkError, netem.NetemError) as exc:
+            for capture in self.captures:
+                capture.check()
+        except (emulated.LinkError, netem.NetemError, CaptureError) as exc:
             raise LabError(str(exc)) from None
 
     def up(self) -> Lab:
@@ -289,6 +302,8 @@ class Lab:
                 self._add_namespace(self.namespace(host), existing)
             for link in self.links:
                 self._add_link(link)
+            for host in self.capture_hosts:
+                self._add_capture(host)
         except BaseException:
             self.down()
             raise
@@ -297,6 +312,8 @@ class Lab:
     def down(self) -> None:
         """Stop the link emulators, then delete exactly the namespaces this lab created."""
         with signals_deferred():
+            for capture in self.captures:
+                capture.stop()
             for emulator in self.emulators.values():
                 emulator.stop()
             for link in self.netem_links.values():
@@ -331,6 +348,17 @@ class Lab:
             self.down()
         finally:
             self._stack.close()
+
+    def _add_capture(self, host: str) -> None:
+        """Start capturing ``host``'s packets (in the run directory, else a new temporary one)."""
+        run_dir = self.run_dir or Path(tempfile.mkdtemp(prefix="llab-capture-"))
+        capture = Capture(host, self.namespace(host), run_dir,
+                          self.exited or threading.Event())  # fmt: skip
+        self.captures.append(capture)
+        try:
+            capture.start(os.environ)
+        except CaptureError as exc:
+            raise LabError(str(exc)) from None
 
     def _check_host(self, host: str) -> None:
         if host not in self.hosts:

@@ -31,6 +31,7 @@ from latlab import rundir
 from latlab.errors import MeasurementError
 from latlab.ingest.trace_format import Kind
 from latlab.ingest.trace_reader import TraceError, open_trace
+from latlab.lab import cost
 from latlab.lab.browser import BrowserError, BrowserLab, check_browsers
 from latlab.lab.devices import DeviceError, Devices, cleanup_stale_devices
 from latlab.lab.environment import environment
@@ -58,7 +59,10 @@ PROGRESS_TICK_S = 0.25
 COMMAND_READY_MARKER = "ready"
 REPO_ROOT = Path(__file__).resolve().parents[3]
 # Programs built by scripts/setup.sh, found by name as a command's first word.
-LATLAB_PROGRAMS = {"latlab-kuprobe": REPO_ROOT / "target/release/latlab-kuprobe"}
+LATLAB_PROGRAMS = {
+    name: REPO_ROOT / "target/release" / name
+    for name in ("latlab-kuprobe", "latlab-relay", "latlab-udpgen")
+}
 
 
 class RunError(MeasurementError, RuntimeError):
@@ -166,6 +170,7 @@ class _Run:
         self.sampler = ResourceSampler(out_dir / RESOURCES_FILE)
         self.sched: dict[str, dict[str, Any]] = {}
         self.browsers: BrowserLab | None = None
+        self.costs: dict[str, dict[str, Any]] = {}
         self.signal = (
             SignalRigRun(scenario, scenario.signal, out_dir, self.exited)
             if scenario.signal
@@ -242,15 +247,33 @@ class _Run:
             child = self._child(proc, addrs)
             self.children.append((proc, child))
             child.start(self._env(proc, addrs))
-            if child.pid is not None:
+            if child.pid is not None and not proc.cost:  # perf's workload: once ready
                 self.sampler.add(proc.name, child.pid)
             if proc.call_peer:
                 self._await_call(proc)
                 continue
             self._await_ready(child)
             self._apply_sched(proc, child)
+            if proc.cost:
+                self._idle_baseline(proc, child)
         self._start_signal_rig()
         self.measure_start_ns = time.monotonic_ns()
+
+    def _idle_baseline(self, proc: Process, child: ChildProcess) -> None:
+        """Let a cost-counted process run idle for its baseline before the next one starts
+        (cut short if any process exits: the run then fails as usual)."""
+        workload = cost.workload_pid(child.pid) if child.pid is not None else None
+        if workload is not None:
+            self.sampler.add(proc.name, workload)
+        idle_from = time.monotonic_ns()
+        self.exited.wait(proc.cost_idle_s)
+        self.costs[proc.name] = {
+            "file": str(rundir.cost_file(self.out_dir, proc.name).relative_to(self.out_dir)),
+            "perf_started_monotonic_ns": child.started_ns,
+            "workload_pid": workload,
+            "idle_from_monotonic_ns": idle_from,
+            "idle_to_monotonic_ns": time.monotonic_ns(),
+        }
 
     def _prepare_signal(self) -> None:
         """Write the time-coded signal (``[signal]``) before the processes that play it start."""
@@ -328,13 +351,16 @@ class _Run:
             else:
                 signal_refs = self.signal.pipeline_refs() if self.signal else None
                 argv = gst_launch_argv(self.scenario.resolved_pipeline(proc, addrs, signal_refs))
-        except RunError as exc:
+            if proc.cost:
+                argv = cost.counted_argv(argv, rundir.cost_file(self.out_dir, proc.name))
+        except (RunError, cost.CostError) as exc:
             raise RunError(f"process '{proc.name}': {exc}") from None
+        stdout_log, stderr_log = rundir.process_logs(self.out_dir, proc.name)
         child = ChildProcess(
             name=proc.name,
             argv=self.lab.exec_argv(proc.host, argv),
-            stdout_log=logs / f"{proc.name}.stdout",
-            stderr_log=logs / f"{proc.name}.stderr",
+            stdout_log=stdout_log,
+            stderr_log=stderr_log,
             exited=self.exited,
             preexec=preexec(proc.sched),
         )
@@ -493,6 +519,8 @@ class _Run:
             "params": dict(self.scenario.params),
             "hosts": lab["hosts"],
             "links": lab["links"],
+            "captures": lab.get("captures", {}),
+            "costs": self.costs,
             "devices": self.devices.describe(self.out_dir),
             "pageserver": self.browsers.describe() if self.browsers else None,
             "signal": self.signal.describe() if self.signal else None,

@@ -10,6 +10,7 @@ from rich.text import Text
 from latlab.report.blackbox import ROWS as BLACK_BOX_ROWS
 from latlab.report.blackbox import estimated_segments, span_text
 from latlab.report.fit import FitTable, emit
+from latlab.report.forwarding import cost_views, forwarding_views
 
 COLUMNS = (
     ("p50", "p50_ms"),
@@ -449,6 +450,10 @@ def _run_parts(summary: dict[str, Any]) -> list[Any]:
         )
     if summary.get("blackbox"):
         parts.append(blackbox_view(summary))
+    if summary.get("forwarding"):
+        parts += forwarding_views(summary["forwarding"])
+    if summary.get("costs"):
+        parts += cost_views(summary["costs"])
     if summary.get("resources", {}).get("processes"):
         parts.append(resources_table(summary["resources"]))
     parts += [link_traffic_table(link) for link in summary.get("links", [])]

@@ -36,6 +36,7 @@ from latlab.lab.scenario.errors import Loc, Problem
 from latlab.lab.scenario.objects import (
     BACKEND_EMULATOR,
     CALL_TIMEOUT_S,
+    COST_IDLE_S,
     WEBRTC_AUDIO_CAPS,
     WEBRTC_JITTERBUFFER_MS,
     Analysis,
@@ -258,7 +259,10 @@ class LinkTable(Impairment, _Ends):
 
 
 class HostTable(Table):
-    """A ``[hosts.NAME]`` table: a network namespace; it takes no keys."""
+    """A ``[hosts.NAME]`` table: a network namespace; ``capture = true`` logs every packet
+    it sends and receives with kernel timestamps (``captures/NAME.lllink``)."""
+
+    capture: Annotated[bool, BOOLEAN] = False
 
 
 class DeviceTable(Table):
@@ -333,13 +337,17 @@ class ProcessKind(Table):
 
 class PipelineProcess(ProcessKind):
     """A traced GStreamer ``pipeline`` (gst-launch-1.0 syntax) or a ``command`` (argv),
-    with extra ``env`` and a scheduling policy (``sched``)."""
+    with extra ``env`` and a scheduling policy (``sched``); ``cost = true`` counts its
+    CPU time, context switches and syscalls (perf), idle for ``cost_idle_s`` before the
+    processes after it start, then under traffic."""
 
     kind: ClassVar[str] = "pipeline"
     pipeline: Annotated[str, NOT_BLANK] | None = None
     env: Annotated[dict[str, Annotated[str, SCALAR_TEXT]], ENV_NAMES] = {}
     command: Annotated[tuple[str, ...], ARGV] | None = None
     sched: Annotated[SchedPolicy, SCHED] | None = None
+    cost: Annotated[bool, BOOLEAN] = False
+    cost_idle_s: Annotated[float, within(0.5, 60.0)] = COST_IDLE_S
 
     @classmethod
     def misplaced(cls, key: str, owners: list[str]) -> Problem:
@@ -369,6 +377,8 @@ class PipelineProcess(ProcessKind):
             env=MappingProxyType(dict(self.env)),
             command=self.command or (),
             sched=self.sched,
+            cost=self.cost,
+            cost_idle_s=float(self.cost_idle_s),
         )
 
 
@@ -712,7 +722,7 @@ class ScenarioFile(Table):
         return Scenario(
             name=self.name,
             duration_s=self.duration_s,
-            hosts=tuple(Host(name=name) for name in self.hosts),
+            hosts=tuple(Host(name=n, capture=t.capture) for n, t in self.hosts.items()),
             links=tuple(link.build() for link in self.links),
             processes=tuple(p.build(n, source) for n, p in (self.processes or {}).items()),
             description=self.description,

@@ -23,6 +23,7 @@ BACKEND_EMULATOR = LINK_BACKENDS[0]  # latlab's own link emulator (linkemu/)
 WEBRTC_AUDIO_CAPS = "audio/x-raw,rate=48000,channels=1"
 WEBRTC_JITTERBUFFER_MS = 40
 CALL_TIMEOUT_S = 20.0
+COST_IDLE_S = 2.0  # a cost-counted process's idle baseline before the next process starts
 
 
 def _frozen_map() -> Mapping[str, Any]:
@@ -46,9 +47,10 @@ class Analysis:
 
 @dataclass(frozen=True)
 class Host:
-    """A host: in the lab, one network namespace."""
+    """A host: in the lab, one network namespace; ``capture``: log its every packet."""
 
     name: str
+    capture: bool = False
 
 
 @dataclass(frozen=True)
@@ -91,7 +93,9 @@ class Process:
     peer (``webrtc = "gstreamer"``: latlab's webrtcbin program) sends a tone of raw caps
     ``audio_caps`` and receives through a jitter buffer of ``jitterbuffer_ms``. In a
     browser, ``jitterbuffer_ms`` is the target its receivers' jitter buffers are held to
-    (``RTCRtpReceiver.jitterBufferTarget``; None: NetEq adapts on its own).
+    (``RTCRtpReceiver.jitterBufferTarget``; None: NetEq adapts on its own). ``cost``:
+    count the process's CPU time, context switches and syscalls with perf, idle for
+    ``cost_idle_s`` before the processes after it start (its baseline), then under load.
     """
 
     name: str
@@ -107,6 +111,8 @@ class Process:
     webrtc: str = ""
     audio_caps: str = WEBRTC_AUDIO_CAPS
     jitterbuffer_ms: int | None = WEBRTC_JITTERBUFFER_MS
+    cost: bool = False
+    cost_idle_s: float = COST_IDLE_S
 
     @property
     def call_peer(self) -> str:

@@ -1,0 +1,237 @@
+"""Per-packet dwell inside a forwarder (an SFU), from a capture on its host.
+
+The capture (``latlab-capture``, docs/link-log-format.md) sees every RTP packet the
+host received (ingress) and sent (egress) on one kernel clock. An SFU forwards each
+incoming packet to every subscriber leg with its own SSRC, sequence numbers and
+timestamps (constant offsets per *epoch*, re-based when it switches the leg to another
+source, e.g. another simulcast layer), its own header extensions and, under SRTP, a
+payload encrypted per leg. What survives, and what :func:`match_forwarded` matches on:
+
+* the sequence number and timestamp *differences* within an epoch (``dseq``, ``dts``);
+* the marker bit;
+* the payload length (after the header and its extensions; encryption keeps it, up to
+  a per-leg constant ``dlen`` when the legs' SRTP tags differ);
+* the order: an egress packet comes after its ingress packet, within ``window_ns``.
+
+Every candidate pair (egress packet, earlier ingress packet with the same marker) gives
+a key (egress stream, ingress stream, dseq, dts, dlen); the true mapping of an epoch
+repeats its key packet after packet, a chance pairing does not. Keys seen on at least
+``min_epoch`` egress packets are candidate epochs. For each egress packet, the candidate
+whose key also explains most of the packet's neighbours on its stream wins — a chance
+fit explains isolated packets, a numbering shifted by one packet inside a run of
+equal-sized packets stops at the run's end; a tie is *ambiguous*, a packet no key
+explains locally *unmatched* — counted, never guessed. A second egress copy of an
+ingress packet on the same leg (a retransmission from the SFU's buffer) is a *repeat*:
+counted, not a dwell.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+MATCHED, UNMATCHED, AMBIGUOUS, REPEAT = 0, 1, 2, 3
+STATUS_NAMES = {MATCHED: "matched", UNMATCHED: "unmatched", AMBIGUOUS: "ambiguous",
+                REPEAT: "repeat"}  # fmt: skip
+DEFAULT_WINDOW_NS = 500_000_000
+DEFAULT_MIN_EPOCH = 8
+NEIGHBOURS = 8  # packets each side of an egress packet on its stream that vote on its key
+MIN_LOCAL = 3  # neighbours the winning key must also explain
+MAX_DLEN = 64  # payload-length change a leg may apply (SRTP tag sizes differ by <= 6)
+_CHUNK_PAIRS = 4_000_000  # candidate pairs formed at a time (memory bound)
+
+
+@dataclass(frozen=True)
+class Packets:
+    """RTP packets of one direction, sorted by time; ``stream`` indexes the caller's
+    stream table (one stream per transport and SSRC)."""
+
+    t_ns: np.ndarray
+    stream: np.ndarray
+    seq: np.ndarray
+    ts: np.ndarray
+    marker: np.ndarray
+    payload_len: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.t_ns)
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """One constant mapping from an ingress stream onto an egress stream."""
+
+    egress_stream: int
+    ingress_stream: int
+    dseq: int
+    dts: int
+    dlen: int
+    packets: int
+    first_ns: int
+    last_ns: int
+
+
+@dataclass(frozen=True)
+class Forwarding:
+    """For each egress packet: its status and (when matched) its ingress packet."""
+
+    status: np.ndarray
+    ingress_index: np.ndarray
+    dwell_ns: np.ndarray
+    epochs: tuple[Epoch, ...]
+
+    def counts(self, mask: np.ndarray | None = None) -> dict[str, int]:
+        """Egress packets per status (of those in ``mask``)."""
+        status = self.status if mask is None else self.status[mask]
+        found = np.bincount(status, minlength=len(STATUS_NAMES))
+        return {name: int(found[code]) for code, name in STATUS_NAMES.items()}
+
+
+def match_forwarded(
+    ingress: Packets,
+    egress: Packets,
+    window_ns: int = DEFAULT_WINDOW_NS,
+    min_epoch: int = DEFAULT_MIN_EPOCH,
+) -> Forwarding:
+    """Match every egress packet to the ingress packet it was forwarded from."""
+    e_idx, i_idx = candidate_pairs(ingress, egress, window_ns)
+    keys = _pair_keys(ingress, egress, e_idx, i_idx)
+    uniq, key_id = np.unique(keys, axis=0, return_inverse=True)
+    key_id = key_id.ravel()
+    # Count each key once per egress packet (a duplicated ingress copy pairs twice).
+    per_packet = np.unique(np.stack([e_idx, key_id]), axis=1)
+    support = np.bincount(per_packet[1], minlength=len(uniq))
+    on_epoch = (support >= min_epoch)[key_id]
+    e_idx, i_idx, key_id = e_idx[on_epoch], i_idx[on_epoch], key_id[on_epoch]
+    local = _local_support(e_idx, key_id, egress.stream)
+    status, ingress_index, winner = _resolve(len(egress), e_idx, i_idx, key_id, local,
+                                             egress.stream)  # fmt: skip
+    dwell = np.full(len(egress), -1, dtype=np.int64)
+    ok = status == MATCHED
+    dwell[ok] = egress.t_ns[ok] - ingress.t_ns[ingress_index[ok]]
+    return Forwarding(status, ingress_index, dwell, _epochs(uniq, winner, status, egress.t_ns))
+
+
+def candidate_pairs(
+    ingress: Packets, egress: Packets, window_ns: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(egress, ingress) index pairs: ingress at most ``window_ns`` before, same marker,
+    payload lengths within :data:`MAX_DLEN`."""
+    lo = np.searchsorted(ingress.t_ns, egress.t_ns - window_ns, side="left")
+    hi = np.searchsorted(ingress.t_ns, egress.t_ns, side="right")
+    counts = hi - lo
+    bounds = np.searchsorted(np.cumsum(counts), np.arange(0, counts.sum(), _CHUNK_PAIRS))
+    edges = [*bounds.tolist(), len(egress)]
+    e_parts, i_parts = [], []
+    for start, stop in itertools.pairwise(edges):
+        if stop <= start:
+            continue
+        n = counts[start:stop]
+        e_idx = np.repeat(np.arange(start, stop), n)
+        within = np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n)
+        i_idx = np.repeat(lo[start:stop], n) + within
+        keep = (egress.marker[e_idx] == ingress.marker[i_idx]) & (
+            np.abs(egress.payload_len[e_idx] - ingress.payload_len[i_idx]) <= MAX_DLEN
+        )
+        e_parts.append(e_idx[keep])
+        i_parts.append(i_idx[keep])
+    if not e_parts:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    return np.concatenate(e_parts), np.concatenate(i_parts)
+
+
+def _pair_keys(
+    ingress: Packets, egress: Packets, e_idx: np.ndarray, i_idx: np.ndarray
+) -> np.ndarray:
+    """One row per pair: egress stream, ingress stream, dseq, dts, dlen."""
+    dseq = (egress.seq[e_idx] - ingress.seq[i_idx]) % (1 << 16)
+    dts = (egress.ts[e_idx] - ingress.ts[i_idx]) % (1 << 32)
+    dlen = egress.payload_len[e_idx] - ingress.payload_len[i_idx]
+    keys = np.stack([egress.stream[e_idx], ingress.stream[i_idx], dseq, dts, dlen], axis=1)
+    return keys.astype(np.int64).reshape(-1, 5)
+
+
+def _local_support(e_idx: np.ndarray, key_id: np.ndarray, stream: np.ndarray) -> np.ndarray:
+    """Per (egress packet, key) pair: how many of the packet's :data:`NEIGHBOURS` nearest
+    packets on its egress stream, before and after, the same key also explains. A true
+    mapping explains the packets around it; a chance fit of the numbering does not, and
+    a numbering shifted by one packet inside a run of equal-sized packets stops at the
+    run's end."""
+    position = np.empty(len(stream), dtype=np.int64)
+    order = np.lexsort((np.arange(len(stream)), stream))
+    position[order] = np.arange(len(stream))  # streams are contiguous in this order
+    unique = np.unique(np.stack([key_id, position[e_idx]]), axis=1)
+    span = len(stream) + 2 * NEIGHBOURS + 1
+    placed = unique[0] * span + unique[1]  # sorted: np.unique sorts by key, then position
+    at = key_id * span + position[e_idx]
+    below = np.searchsorted(placed, at - NEIGHBOURS, side="left")
+    above = np.searchsorted(placed, at + NEIGHBOURS, side="right")
+    return above - below - 1  # the packet itself does not count
+
+
+def _resolve(
+    n_egress: int,
+    e_idx: np.ndarray,
+    i_idx: np.ndarray,
+    key_id: np.ndarray,
+    local: np.ndarray,
+    egress_stream: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Status, ingress index and winning key per egress packet. Of its epoch pairs, the
+    one whose key explains most of its neighbourhood wins, if that is at least
+    :data:`MIN_LOCAL` neighbours and more than any other pair's key explains; a tie is
+    ambiguous, a packet no key explains locally is unmatched."""
+    status = np.full(n_egress, UNMATCHED, dtype=np.int64)
+    ingress_index = np.full(n_egress, -1, dtype=np.int64)
+    winner = np.full(n_egress, -1, dtype=np.int64)
+    if not len(e_idx):
+        return status, ingress_index, winner
+    order = np.lexsort((-local, e_idx))  # per egress packet, best local support first
+    e, i, k, score = e_idx[order], i_idx[order], key_id[order], local[order]
+    first = np.r_[True, e[1:] != e[:-1]]
+    best = np.flatnonzero(first)
+    runner_up = best + 1
+    has_second = (runner_up < len(e)) & ~np.r_[first[1:], True][best]
+    second = np.where(has_second, score[np.minimum(runner_up, len(e) - 1)], -1)
+    # the same ingress packet under two keys is one candidate, not a tie
+    same = has_second & (i[np.minimum(runner_up, len(e) - 1)] == i[best])
+    second = np.where(same, -1, second)
+    strong = score[best] >= MIN_LOCAL
+    clear = strong & (score[best] > second)
+    status[e[best[strong & ~clear]]] = AMBIGUOUS
+    won = best[clear]
+    status[e[won]] = MATCHED
+    ingress_index[e[won]] = i[won]
+    winner[e[won]] = k[won]
+    _mark_repeats(status, ingress_index, egress_stream)
+    return status, ingress_index, winner
+
+
+def _mark_repeats(status: np.ndarray, ingress_index: np.ndarray, stream: np.ndarray) -> None:
+    """The same ingress packet sent twice on one leg: the first copy is the forward, a
+    later one a repeat (a retransmission)."""
+    matched = np.flatnonzero(status == MATCHED)
+    order = np.lexsort((matched, ingress_index[matched], stream[matched]))
+    ranked = matched[order]
+    same = (stream[ranked][1:] == stream[ranked][:-1]) & (
+        ingress_index[ranked][1:] == ingress_index[ranked][:-1]
+    )
+    status[ranked[1:][same]] = REPEAT
+
+
+def _epochs(
+    uniq: np.ndarray, winner: np.ndarray, status: np.ndarray, t_ns: np.ndarray
+) -> tuple[Epoch, ...]:
+    """The keys that matched packets, with their packets, in order of first packet (a
+    key the leg came back to, e.g. after switching layers away and back with the same
+    offsets, is one epoch spanning both)."""
+    matched = np.flatnonzero(status == MATCHED)
+    keys, first_at, count = np.unique(winner[matched], return_index=True, return_counts=True)
+    last = np.full(len(uniq), np.iinfo(np.int64).min)
+    np.maximum.at(last, winner[matched], t_ns[matched])
+    out = [Epoch(*(int(v) for v in uniq[k]), int(n), int(t_ns[matched[f]]), int(last[k]))
+           for k, f, n in zip(keys, first_at, count, strict=True)]  # fmt: skip
+    return tuple(sorted(out, key=lambda e: (e.egress_stream, e.first_ns)))

@@ -1,0 +1,226 @@
+"""The SFU segment of a run: how long each forwarded packet stayed inside a captured host.
+
+A host with ``capture = true`` has its every packet in ``captures/HOST.lllink``.
+:func:`sfu_dwell` turns that capture into the packets it received (ingress) and sent
+(egress), matches each egress packet to its ingress packet
+(:func:`latlab.analysis.forwarding.match_forwarded`) and describes the dwell per
+subscriber leg, per source stream (a simulcast layer), per media kind and overall,
+with the match counts that say how much of it was matched and what the capture may
+have missed (kernel drops). Ingress and egress times come from one kernel clock: the
+dwell has no clock error to state.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from latlab import rundir
+from latlab.analysis.forwarding import MATCHED, Forwarding, Packets, match_forwarded
+from latlab.analysis.stats import describe
+from latlab.ingest.link_log import LinkLog, LinkLogError, read_link_log
+
+# Ethernet + IPv4 (no options) + UDP before the RTP header (as the capture sees veth frames).
+_UNDER_RTP = 14 + 20 + 8
+_CLOCK_RATES = np.array([8000, 16000, 24000, 32000, 48000, 90000])
+INGRESS, EGRESS = 0, 1
+
+
+class SfuDwellError(LinkLogError):
+    """A capture that cannot be used at all; ``str()`` names the file."""
+
+
+def sfu_dwell(run_dir: Path) -> tuple[dict[str, Any], pa.Table | None]:
+    """summary.json's ``forwarding`` (one entry per captured host) and the per-packet
+    table of every egress RTP packet (``forwarding.parquet``); ({}, None) without a capture."""
+    found, tables = {}, []
+    for host in rundir.capture_hosts(run_dir):
+        try:
+            summary, table = host_dwell(run_dir, host)
+        except LinkLogError as exc:
+            found[host] = {"error": str(exc)}
+            continue
+        found[host] = summary
+        tables.append(table)
+    return found, (pa.concat_tables(tables) if tables else None)
+
+
+def host_dwell(run_dir: Path, host: str) -> tuple[dict[str, Any], pa.Table]:
+    """The dwell inside one captured host."""
+    log = read_link_log(rundir.capture_log(run_dir, host))
+    stats = _capture_stats(rundir.capture_stats(run_dir, host))
+    streams, ingress, egress = _packets(log)
+    forwarding = match_forwarded(ingress, egress)
+    kinds = _kinds(streams, ingress)
+    layers = _layers(streams, ingress, kinds)
+    summary = {
+        "host": host,
+        "capture": {**stats, "problems": log.problems},
+        "forwarded": len(egress),
+        **forwarding.counts(),
+        "match_rate": _rate(forwarding, len(egress)),
+        "dwell": describe(forwarding.dwell_ns[forwarding.status == MATCHED]),
+        "by_kind": _by(forwarding, ingress, kinds),
+        "legs": _legs(streams, forwarding, ingress, egress, kinds, layers),
+        "problems": _problems(stats, log),
+    }
+    return summary, _table(host, streams, forwarding, ingress, egress, kinds, layers)
+
+
+def _capture_stats(path: Path) -> dict[str, Any]:
+    """What the capture counted (frames, kernel drops...); {} if it never wrote it."""
+    try:
+        stats = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return stats if isinstance(stats, dict) else {}
+
+
+def _packets(log: LinkLog) -> tuple[list[dict[str, Any]], Packets, Packets]:
+    """The stream table (one row per direction, transport and SSRC) and the RTP packets
+    of each direction."""
+    c = log.columns
+    rtp = c["is_rtp"] & (c["rtp_header_words"] > 0) & (c["ethertype"] == 0x0800)
+    direction = c["direction"].astype(np.int64)
+    ip = np.where(direction == INGRESS, c["src_ip"], c["dst_ip"]).astype(np.int64)
+    port = np.where(direction == INGRESS, c["src_port"], c["dst_port"]).astype(np.int64)
+    key = np.stack([direction, ip, port, c["ssrc"].astype(np.int64)])[:, rtp]
+    uniq, stream = np.unique(key, axis=1, return_inverse=True)
+    streams = [{"direction": int(d), "addr": f"{ipaddress.IPv4Address(int(a))}:{int(p)}",
+                "ssrc": int(s)} for d, a, p, s in uniq.T]  # fmt: skip
+    payload = c["size"].astype(np.int64) - _UNDER_RTP - 4 * c["rtp_header_words"].astype(np.int64)
+    columns = {"t_ns": c["arrival_ns"].astype(np.int64), "seq": c["seq"].astype(np.int64),
+               "ts": c["rtp_ts"].astype(np.int64), "marker": c["marker"],
+               "payload_len": payload}  # fmt: skip
+    stream = stream.ravel()
+    out = []
+    for d in (INGRESS, EGRESS):
+        mine = direction[rtp] == d
+        order = np.argsort(columns["t_ns"][rtp][mine], kind="stable")
+        out.append(Packets(stream=stream[mine][order],
+                           **{k: v[rtp][mine][order] for k, v in columns.items()}))  # fmt: skip
+    return streams, out[0], out[1]
+
+
+def _kinds(streams: list[dict[str, Any]], ingress: Packets) -> np.ndarray:
+    """Per stream: "video" if its RTP clock runs at 90 kHz, else "audio" (from the
+    ingress packets; egress streams take their source's kind later)."""
+    kinds = np.full(len(streams), "", dtype=object)
+    for s in np.unique(ingress.stream):
+        mine = ingress.stream == s
+        span_ns = ingress.t_ns[mine][-1] - ingress.t_ns[mine][0]
+        if span_ns < 100_000_000:
+            continue
+        ticks = (ingress.ts[mine][-1] - ingress.ts[mine][0]) % (1 << 32)
+        rate = _CLOCK_RATES[np.argmin(np.abs(_CLOCK_RATES - ticks * 1e9 / span_ns))]
+        kinds[s] = "video" if rate == 90000 else "audio"
+    return kinds
+
+
+def _layers(streams: list[dict[str, Any]], ingress: Packets, kinds: np.ndarray) -> np.ndarray:
+    """Per ingress video stream: its simulcast layer, 0 the lowest packet rate among the
+    video streams from the same address (-1 where a sender has one video stream)."""
+    layers = np.full(len(streams), -1, dtype=np.int64)
+    counts = np.bincount(ingress.stream, minlength=len(streams))
+    by_sender: dict[str, list[int]] = {}
+    for s, row in enumerate(streams):
+        if row["direction"] == INGRESS and kinds[s] == "video":
+            by_sender.setdefault(row["addr"], []).append(s)
+    for group in by_sender.values():
+        if len(group) > 1:
+            for rank, s in enumerate(sorted(group, key=lambda s: counts[s])):
+                layers[s] = rank
+    return layers
+
+
+def _rate(forwarding: Forwarding, n: int) -> float | None:
+    matched = int((forwarding.status == MATCHED).sum())
+    return round(matched / n, 6) if n else None
+
+
+def _by(forwarding: Forwarding, ingress: Packets, kinds: np.ndarray) -> dict[str, Any]:
+    ok = forwarding.status == MATCHED
+    source_kind = kinds[ingress.stream[forwarding.ingress_index[ok]]]
+    return {kind: describe(forwarding.dwell_ns[ok][source_kind == kind])
+            for kind in sorted(set(source_kind) - {""})}  # fmt: skip
+
+
+def _legs(
+    streams: list[dict[str, Any]],
+    forwarding: Forwarding,
+    ingress: Packets,
+    egress: Packets,
+    kinds: np.ndarray,
+    layers: np.ndarray,
+) -> list[dict[str, Any]]:
+    """Per egress stream (a subscriber leg): its counts, its dwell, and per source stream
+    it carried (an epoch's source: a layer) the dwell of the packets from it."""
+    out = []
+    ok = forwarding.status == MATCHED
+    source = np.where(ok, ingress.stream[np.maximum(forwarding.ingress_index, 0)], -1)
+    for s in np.unique(egress.stream):
+        mine = egress.stream == s
+        sources = [
+            {"from": streams[i]["addr"], "ssrc": f"{streams[i]['ssrc']:08x}",
+             "kind": kinds[i], "layer": int(layers[i]) if layers[i] >= 0 else None,
+             "dwell": describe(forwarding.dwell_ns[mine & (source == i)])}
+            for i in np.unique(source[mine & ok])
+        ]  # fmt: skip
+        out.append({"to": streams[s]["addr"], "ssrc": f"{streams[s]['ssrc']:08x}",
+                    "kind": sources[0]["kind"] if sources else "",
+                    "packets": int(mine.sum()), **forwarding.counts(mine),
+                    "dwell": describe(forwarding.dwell_ns[mine & ok]),
+                    "sources": sources})  # fmt: skip
+    return out
+
+
+def _problems(stats: dict[str, Any], log: LinkLog) -> list[str]:
+    """What may be missing from the capture, one line each."""
+    problems = list(log.problems)
+    if not stats:
+        problems.append("the capture wrote no statistics (killed?): kernel drops unknown")
+    elif stats.get("kernel_drops"):
+        problems.append(f"the kernel dropped {stats['kernel_drops']} frames before the capture "
+                        "read them (its socket buffer was full)")  # fmt: skip
+    if stats.get("without_kernel_timestamp"):
+        problems.append(f"{stats['without_kernel_timestamp']} frames had no kernel timestamp "
+                        "(timed when read instead)")  # fmt: skip
+    return problems
+
+
+def _table(
+    host: str,
+    streams: list[dict[str, Any]],
+    forwarding: Forwarding,
+    ingress: Packets,
+    egress: Packets,
+    kinds: np.ndarray,
+    layers: np.ndarray,
+) -> pa.Table:
+    """One row per egress RTP packet: leg, status, its source packet and the dwell."""
+    ok = forwarding.status == MATCHED
+    index = np.maximum(forwarding.ingress_index, 0)
+    source = np.where(forwarding.ingress_index >= 0, ingress.stream[index], -1)
+    addr = np.array([s["addr"] for s in streams] + [""], dtype=object)
+    ssrc = np.array([s["ssrc"] for s in streams] + [0], dtype=np.int64)
+    status_name = np.array(["matched", "unmatched", "ambiguous", "repeat"], dtype=object)
+    return pa.table({
+        "host": pa.array([host] * len(egress), pa.string()),
+        "to": pa.array(addr[egress.stream], pa.string()),
+        "ssrc": pa.array(ssrc[egress.stream], pa.uint32()),
+        "seq": pa.array(egress.seq, pa.uint16()),
+        "egress_ns": pa.array(egress.t_ns, pa.int64()),
+        "status": pa.array(status_name[forwarding.status], pa.string()),
+        "from": pa.array(addr[source], pa.string()),
+        "source_ssrc": pa.array(ssrc[source], pa.uint32()),
+        "source_seq": pa.array(np.where(ok, ingress.seq[index], 0), pa.uint16()),
+        "kind": pa.array(np.where(source >= 0, kinds[source], ""), pa.string()),
+        "layer": pa.array(np.where(source >= 0, layers[source], -1), pa.int8()),
+        "ingress_ns": pa.array(np.where(ok, ingress.t_ns[index], 0), pa.int64()),
+        "dwell_ms": pa.array(np.where(ok, forwarding.dwell_ns / 1e6, np.nan), pa.float64()),
+    })  # fmt: skip
