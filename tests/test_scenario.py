@@ -115,7 +115,8 @@ def test_load_missing_file(tmp_path: Path) -> None:
         (
             'pipeline = "audiotestsrc',
             'pipline = "audiotestsrc',
-            "processes.sender: unknown key 'pipline' (known: host, pipeline, env, command, sched, cost, cost_idle_s)",
+            "processes.sender: unknown key 'pipline' "
+            "(known: host, pipeline, env, command, sched, cost, cost_idle_s)",
         ),
         ('host = "tx"', 'host = "tz"', "processes.sender.host: unknown host 'tz' (hosts: rx, tx)"),
         ("duration_s = 10", "duration_s = -1", "duration_s: must be a positive number"),
