@@ -14,6 +14,7 @@ APT_PACKAGES=(
     jackd2 pulseaudio pulseaudio-utils
     ethtool
     linux-perf  # cost = true: a process's CPU time, switches, syscalls (perf stat)
+    janus janus-demos janus-tools  # [sfus.NAME] server = "janus": the videoroom SFU, janus.js
     user-mode-linux kmod  # a kernel with sch_netem for the netem backend's test (tests/test_netem.py)
 )
 # Browser peers (issue 5): Chromium, and libnice + the GstWebRTC typelib for the webrtcbin

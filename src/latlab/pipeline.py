@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from latlab import rundir
 from latlab.analysis import store
 from latlab.analysis.blackbox import BlackBoxError, black_box_summary
 from latlab.analysis.cost import process_costs
@@ -157,7 +158,9 @@ def _analyze(run_dir: Path, meta: dict[str, Any], unit: float) -> tuple[RunAnaly
     """Ingest, stitch and analyse ``run_dir`` (nothing written)."""
     link_logs = read_link_logs(run_dir)
     browsers = read_browser_logs(run_dir)
-    table = load_run(run_dir, link_logs, allow_no_traces=bool(browsers))
+    # a run may measure without traces: browsers, a captured host, a counted process
+    untraced = bool(browsers or rundir.capture_hosts(run_dir) or meta.get("costs"))
+    table = load_run(run_dir, link_logs, allow_no_traces=untraced)
     streams = analyze(table, unit, meta, browsers, link_logs)
     summary = build_summary(meta, table, streams)
     resources = summarize_resources(

@@ -37,6 +37,8 @@ LOGS = "logs"
 LINKS = "links"
 CAPTURES = "captures"  # captures/HOST.lllink and HOST.json: a host's packets (capture = true)
 COSTS = "costs"  # costs/PROCESS.csv: perf's counts of a process with cost = true
+SFUS = "sfus"  # sfus/NAME/: an SFU's configuration (written by latlab) and its log
+SFU_LOG = "janus.log"  # in sfus/NAME/: Janus's log
 BROWSERS = "browsers"
 SIGNAL = "signal"
 # In signal/ (a [signal] table, the black box): what was played and what was recorded,
@@ -207,6 +209,11 @@ def capture_log(run_dir: Path, host: str) -> Path:
 def capture_stats(run_dir: Path, host: str) -> Path:
     """What a host's capture counted (frames, kernel drops, clock): ``captures/HOST.json``."""
     return Path(run_dir) / CAPTURES / f"{host}.json"
+
+
+def sfu_dir(run_dir: Path, name: str) -> Path:
+    """An SFU's configuration and log: ``sfus/NAME/``."""
+    return Path(run_dir) / SFUS / name
 
 
 def cost_file(run_dir: Path, process: str) -> Path:

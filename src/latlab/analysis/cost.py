@@ -65,8 +65,8 @@ def process_costs(
         ends = origin + np.round(ends_s * NS).astype(np.int64)
         idle = _window(ends, counts, entry["idle_from_monotonic_ns"], entry["idle_to_monotonic_ns"])
         load = _window(ends, counts, start, end)
-        found = {"host": hosts.get(name), "idle": idle, "load": load}
-        host = hosts.get(name)
+        host = entry.get("host") or hosts.get(name)
+        found = {"host": host, "idle": idle, "load": load}
         if host in egress_ns and load["s"] > 0:
             found.update(_per_packet(idle, load, egress_ns[host], load["from_ns"], load["to_ns"]))
         out[name] = found

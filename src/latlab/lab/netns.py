@@ -215,8 +215,10 @@ class Lab:
         run_dir: Path | None = None,
         exited: threading.Event | None = None,
         owner_pid: int | None = None,
+        captures: bool = True,
     ) -> Lab:
-        """A lab with the scenario's hosts and links (impaired links through the emulator).
+        """A lab with the scenario's hosts and links (impaired links through the emulator),
+        capturing the packets of hosts with ``capture = true`` (unless ``captures`` is off).
 
         ``owner_pid`` names the owner (default: this process; STANDING_OWNER for ``lab up``).
         """
@@ -228,7 +230,7 @@ class Lab:
             run_dir=run_dir,
             link_configs=configs,
             link_backends=[link.backend for link in scenario.links],
-            capture_hosts=[host.name for host in scenario.hosts if host.capture],
+            capture_hosts=[h.name for h in scenario.hosts if h.capture and captures],
             exited=exited,
             owner_pid=owner_pid,
         )
@@ -245,6 +247,13 @@ class Lab:
             if host in (link.a, link.b):
                 return link.addr_a if host == link.a else link.addr_b
         return LOOPBACK
+
+    def host_addrs(self, host: str) -> list[str]:
+        """Every address of ``host``, one per link, in link order (127.0.0.1 without)."""
+        self._check_host(host)
+        found = [link.addr_a if host == link.a else link.addr_b for link in self.links
+                 if host in (link.a, link.b)]  # fmt: skip
+        return found or [LOOPBACK]
 
     def addrs(self) -> dict[str, str]:
         """Address of every host."""

@@ -48,7 +48,7 @@ class ChildProcess:
     stdout_log: Path
     stderr_log: Path
     exited: threading.Event
-    ready_marker: str = READY_MARKER
+    ready_marker: str | None = READY_MARKER  # None: readiness comes from mark_ready
     preexec: Callable[[], None] | None = None  # run in the child before exec (sched policy)
     on_line: Callable[[str], None] | None = None  # called with each stdout line, as read
     stop_steps: Sequence[tuple[signal.Signals, str, float | None]] = STOP_STEPS
@@ -99,6 +99,12 @@ class ChildProcess:
     def eof(self) -> bool:
         """Whether stdout was closed (the process exited or is exiting)."""
         return self._eof
+
+    def mark_ready(self) -> None:
+        """The program is ready (seen on its stdout, or reported otherwise, e.g. a server
+        that answered its API)."""
+        self.ready_ns = time.monotonic_ns()
+        self.state_changed.set()
 
     def wait_ready(self, timeout: float) -> bool:
         """Block until ready or stdout closes, at most ``timeout`` s; True if ready."""
@@ -233,9 +239,9 @@ class ChildProcess:
         assert self.popen is not None and self.popen.stdout is not None
         with self.stdout_log.open("w", encoding="utf-8") as log:
             for line in self.popen.stdout:
-                if self.ready_ns is None and line.startswith(self.ready_marker):
-                    self.ready_ns = time.monotonic_ns()
-                    self.state_changed.set()
+                if (self.ready_ns is None and self.ready_marker is not None
+                        and line.startswith(self.ready_marker)):  # fmt: skip
+                    self.mark_ready()
                 if self.on_line is not None:
                     self.on_line(line.rstrip("\n"))
                 log.write(line)

@@ -38,7 +38,7 @@ from latlab.lab.environment import environment
 from latlab.lab.netns import Lab, LabError, cleanup_stale
 from latlab.lab.process import ChildProcess
 from latlab.lab.resources import ResourceSampler
-from latlab.lab.scenario import Process, Scenario
+from latlab.lab.scenario import Process, Scenario, Sfu
 from latlab.lab.sched import (
     SchedError,
     apply_deadline,
@@ -47,6 +47,7 @@ from latlab.lab.sched import (
     thread_policies,
     wait_threads_settled,
 )
+from latlab.lab.sfu import JanusServer, SfuError
 from latlab.lab.signal_rig import SignalRigError, SignalRigRun
 from latlab.lab.signals import Terminated, signals_deferred, sigterm_raises
 from latlab.rundir import RESOURCES_FILE
@@ -171,6 +172,7 @@ class _Run:
         self.sched: dict[str, dict[str, Any]] = {}
         self.browsers: BrowserLab | None = None
         self.costs: dict[str, dict[str, Any]] = {}
+        self.sfus: list[JanusServer] = []
         self.signal = (
             SignalRigRun(scenario, scenario.signal, out_dir, self.exited)
             if scenario.signal
@@ -211,6 +213,7 @@ class _Run:
         self.sampler.start()
         try:
             self._start_devices()
+            self._start_sfus()
             self._prepare_signal()
             self._start_all()
             self._wait_duration()
@@ -221,6 +224,7 @@ class _Run:
             if self.browsers is not None:
                 self.browsers.sample_at_stop(self._browser_children())
             self._stop_all()
+            self._stop_sfus()
             self._stop_signal_rig()
             self._stop_devices()
             self.sampler.stop()
@@ -259,9 +263,9 @@ class _Run:
         self._start_signal_rig()
         self.measure_start_ns = time.monotonic_ns()
 
-    def _idle_baseline(self, proc: Process, child: ChildProcess) -> None:
-        """Let a cost-counted process run idle for its baseline before the next one starts
-        (cut short if any process exits: the run then fails as usual)."""
+    def _idle_baseline(self, proc: Process | Sfu, child: ChildProcess) -> None:
+        """Let a cost-counted process (or SFU) run idle for its baseline before the next
+        one starts (cut short if any process exits: the run then fails as usual)."""
         workload = cost.workload_pid(child.pid) if child.pid is not None else None
         if workload is not None:
             self.sampler.add(proc.name, workload)
@@ -269,11 +273,43 @@ class _Run:
         self.exited.wait(proc.cost_idle_s)
         self.costs[proc.name] = {
             "file": str(rundir.cost_file(self.out_dir, proc.name).relative_to(self.out_dir)),
+            "host": proc.host,
             "perf_started_monotonic_ns": child.started_ns,
             "workload_pid": workload,
             "idle_from_monotonic_ns": idle_from,
             "idle_to_monotonic_ns": time.monotonic_ns(),
         }
+
+    def _start_sfus(self) -> None:
+        """Start the scenario's SFUs, each ready (its API answers) before the next."""
+        assert self.lab is not None
+        for spec in self.scenario.sfus:
+            wrap = None
+            if spec.cost:
+                path = rundir.cost_file(self.out_dir, spec.name)
+                wrap = lambda argv, path=path: cost.counted_argv(argv, path)  # noqa: E731
+            server = JanusServer(spec.name, self.lab.namespace(spec.host),
+                                 self.lab.host_addrs(spec.host), spec.http_port,
+                                 self.out_dir, self.exited, wrap)  # fmt: skip
+            self.sfus.append(server)
+            try:
+                server.start(os.environ)
+            except SfuError as exc:
+                raise RunError(str(exc)) from None
+            if spec.cost:
+                self._idle_baseline(spec, server.child)
+
+    def _check_sfus(self) -> None:
+        for server in self.sfus:
+            try:
+                server.check()
+            except SfuError as exc:
+                self.measure_end_ns = self.measure_end_ns or time.monotonic_ns()
+                raise RunError(str(exc)) from None
+
+    def _stop_sfus(self) -> None:
+        for server in reversed(self.sfus):
+            server.stop()
 
     def _prepare_signal(self) -> None:
         """Write the time-coded signal (``[signal]``) before the processes that play it start."""
@@ -427,6 +463,7 @@ class _Run:
                     self._fail_early_exit()
                 self._check_devices()
                 self._check_links()
+                self._check_sfus()
                 update(duration - max(remaining, 0))
             update(duration)
         self.measure_end_ns = time.monotonic_ns()
@@ -444,6 +481,7 @@ class _Run:
         self.measure_end_ns = time.monotonic_ns()
         self._check_devices()  # a dead audio server is the cause of its clients' exit
         self._check_links()
+        self._check_sfus()
         if self.browsers is not None:
             try:
                 self.browsers.check_server()
@@ -521,6 +559,7 @@ class _Run:
             "links": lab["links"],
             "captures": lab.get("captures", {}),
             "costs": self.costs,
+            "sfus": {server.name: server.describe() for server in self.sfus},
             "devices": self.devices.describe(self.out_dir),
             "pageserver": self.browsers.describe() if self.browsers else None,
             "signal": self.signal.describe() if self.signal else None,

@@ -141,6 +141,8 @@ def _make_lab(scenario: Any, out_dir: Path) -> Lab:
     options: dict[str, Any] = {"owner_pid": STANDING_OWNER}
     if "run_dir" in accepted:
         options["run_dir"] = out_dir
+    if "captures" in accepted:  # nothing would stop a capture once `lab up` returned
+        options["captures"] = False
     return Lab.from_scenario(scenario, **options)
 
 

@@ -57,6 +57,7 @@ from latlab.lab.scenario.objects import (
     Link,
     Process,
     Scenario,
+    Sfu,
     SignalEnd,
     SignalRig,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "Process",
     "Scenario",
     "ScenarioError",
+    "Sfu",
     "SignalEnd",
     "SignalRig",
     "Sweep",

@@ -47,6 +47,7 @@ from latlab.lab.scenario.objects import (
     LinkBackend,
     Process,
     Scenario,
+    Sfu,
     SignalEnd,
     SignalRig,
 )
@@ -86,6 +87,7 @@ JitterDist = Literal["uniform", "normal", "pareto"]
 LossModel = Literal["bernoulli", "gilbert-elliott"]
 Direction = Literal["forward", "reverse", "both"]
 DeviceServer = Literal["jack", "pulse"]
+SfuServer = Literal["janus"]
 Browser = Literal["chromium"]
 WebrtcPeer = Literal["gstreamer"]
 WEBRTC_JITTERBUFFER_MAX_MS = 1_000_000  # webrtcbin takes any; beyond 1000 s is a typo
@@ -285,6 +287,22 @@ class DeviceTable(Table):
     def build(self, name: str) -> Device:
         """The lab's device."""
         return Device(name=name, **dict(self))
+
+
+class SfuTable(Table):
+    """A ``[sfus.NAME]`` table: an SFU ``server`` (Janus's videoroom) on ``host``, at most
+    one per host, its HTTP API on ``http_port``; ``cost = true`` counts its CPU time,
+    context switches and syscalls (perf) idle for ``cost_idle_s``, then under load."""
+
+    host: Text
+    server: Annotated[SfuServer, named(SfuServer, "server")]
+    http_port: Annotated[int, integer(1024, 65535)] = 8088
+    cost: Annotated[bool, BOOLEAN] = False
+    cost_idle_s: Annotated[float, within(0.5, 60.0)] = COST_IDLE_S
+
+    def build(self, name: str) -> Sfu:
+        """The lab's SFU."""
+        return Sfu(name=name, **dict(self))
 
 
 class AnalysisTable(Table):
@@ -641,6 +659,7 @@ class ScenarioFile(Table):
     ) = None
     sweep: SweepTable | None = None
     devices: dict[Name, DeviceTable] = {}
+    sfus: dict[Name, SfuTable] = {}
     calls: dict[Name, CallTable] = {}
     signal: SignalTable | None = None
 
@@ -649,6 +668,7 @@ class ScenarioFile(Table):
         for i, link in enumerate(self.links):
             link.check_in(self, ("links", i))
         self._check_devices()
+        self._check_sfus()
         if self.processes is None and (info.context or {}).get("processes_required", True):
             raise Problem("missing 'processes'")
         self._check_processes()
@@ -672,6 +692,20 @@ class ScenarioFile(Table):
                 problem = f"host '{device.host}' already has device '{taken[device.host]}'"
                 raise Problem(f"{problem} (one per host)", at, absolute=True)
             taken[device.host] = name
+
+    def _check_sfus(self) -> None:
+        """Each SFU on a host of the file, at most one per host, named unlike processes."""
+        taken: dict[str, str] = {}
+        for name, sfu in self.sfus.items():
+            at = ("sfus", name, "host")
+            self.check_host(sfu.host, at)
+            if sfu.host in taken:
+                problem = f"host '{sfu.host}' already has SFU '{taken[sfu.host]}'"
+                raise Problem(f"{problem} (one per host)", at, absolute=True)
+            taken[sfu.host] = name
+            if name in (self.processes or {}):
+                raise Problem(f"SFU '{name}' has the name of a process", ("sfus", name),
+                              absolute=True)  # fmt: skip
 
     def _check_processes(self) -> None:
         """Each process on a host of the file, every reference in it known."""
@@ -731,6 +765,7 @@ class ScenarioFile(Table):
             source=source,
             text=text,
             devices=tuple(device.build(name) for name, device in self.devices.items()),
+            sfus=tuple(sfu.build(name) for name, sfu in self.sfus.items()),
             calls=tuple(call.build(name) for name, call in self.calls.items()),
             signal=self.signal.build(self) if self.signal is not None else None,
         )

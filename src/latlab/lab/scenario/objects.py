@@ -216,6 +216,20 @@ class SignalRig:
 
 
 @dataclass(frozen=True)
+class Sfu:
+    """An SFU on a host: ``server`` ("janus": Janus's videoroom, started by latlab with
+    a configuration it writes), its HTTP API on ``http_port`` of the host's address;
+    ``cost``: count it with perf, idle for ``cost_idle_s`` before the processes start."""
+
+    name: str
+    host: str
+    server: str
+    http_port: int = 8088
+    cost: bool = False
+    cost_idle_s: float = COST_IDLE_S
+
+
+@dataclass(frozen=True)
 class Scenario:
     """A parsed, validated scenario. Hosts and processes keep file order."""
 
@@ -231,6 +245,7 @@ class Scenario:
     text: str = ""
     sweep: Sweep | None = None
     devices: tuple[Device, ...] = ()
+    sfus: tuple[Sfu, ...] = ()
     calls: tuple[Call, ...] = ()
     signal: SignalRig | None = None
 
