@@ -76,25 +76,6 @@ fn parse_args() -> Result<Args, String> {
     })
 }
 
-/// Block SIGINT and SIGTERM in this thread (and the threads it spawns later).
-fn block_stop_signals() -> libc::sigset_t {
-    // SAFETY: plain signal-mask calls on a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
-}
-
-fn wait_for_stop_signal(set: &libc::sigset_t) {
-    let mut signum = 0;
-    // SAFETY: `set` is a valid, initialised signal set.
-    unsafe { libc::sigwait(set, &mut signum) };
-}
-
 fn info_json(args: &Args, config_text: &str, start_ns: u64, parsed: &Config) -> String {
     let config: serde_json::Value = serde_json::from_str(config_text).unwrap_or_default();
     serde_json::json!({
@@ -118,7 +99,7 @@ fn run() -> Result<(), String> {
     let text = std::fs::read_to_string(&args.config)
         .map_err(|e| format!("cannot read config {}: {e}", args.config))?;
     let config = Config::parse(&text).map_err(|e| format!("config {}: {e}", args.config))?;
-    let signals = block_stop_signals();
+    let signals = rt::block_stop_signals();
     let sock_a = Arc::new(PacketSocket::open(&args.iface_a)?);
     let sock_b = Arc::new(PacketSocket::open(&args.iface_b)?);
     let mut file =
@@ -175,7 +156,7 @@ fn run() -> Result<(), String> {
 
     println!("ready");
     let _ = std::io::stdout().flush();
-    wait_for_stop_signal(&signals);
+    rt::wait_for_stop_signal(&signals);
 
     stop.store(true, Ordering::Release);
     for t in threads {

@@ -45,6 +45,22 @@ fn set_opt(fd: i32, level: i32, name: i32, value: &impl Sized) -> bool {
     }
 }
 
+/// A raw packet socket for every protocol (ETH_P_ALL); `what` names it in an error.
+fn raw_socket(what: &str) -> Result<i32, String> {
+    // SAFETY: plain syscall with valid arguments.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_PACKET,
+            libc::SOCK_RAW,
+            i32::from(ETH_P_ALL.to_be()),
+        )
+    };
+    if fd < 0 {
+        return Err(os_error("socket(AF_PACKET)", what));
+    }
+    Ok(fd)
+}
+
 impl PacketSocket {
     /// Open, bind to `iface`, enable promiscuous mode; `recv` times out after 100 ms.
     pub fn open(iface: &str) -> Result<PacketSocket, String> {
@@ -54,16 +70,7 @@ impl PacketSocket {
         if ifindex == 0 {
             return Err(os_error("no such interface", iface));
         }
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW,
-                i32::from(ETH_P_ALL.to_be()),
-            )
-        };
-        if fd < 0 {
-            return Err(os_error("socket(AF_PACKET)", iface));
-        }
+        let fd = raw_socket(iface)?;
         let sock = PacketSocket { fd };
         let mut addr: libc::sockaddr_ll = unsafe { zeroed() };
         addr.sll_family = libc::AF_PACKET as u16;
@@ -183,17 +190,7 @@ impl CaptureSocket {
     /// 100 ms.
     pub fn open() -> Result<CaptureSocket, String> {
         let all = "every interface";
-        // SAFETY: plain syscall with valid arguments.
-        let fd = unsafe {
-            libc::socket(
-                libc::AF_PACKET,
-                libc::SOCK_RAW,
-                i32::from(ETH_P_ALL.to_be()),
-            )
-        };
-        if fd < 0 {
-            return Err(os_error("socket(AF_PACKET)", all));
-        }
+        let fd = raw_socket(all)?;
         let sock = CaptureSocket { fd };
         if !set_opt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPNS, &1i32) {
             return Err(os_error("SO_TIMESTAMPNS", all));

@@ -69,6 +69,41 @@ pub fn lock_memory() -> bool {
     unsafe { libc::mlockall(libc::MCL_CURRENT) == 0 }
 }
 
+/// Sleep until `ns` on CLOCK_MONOTONIC (absolute: no drift over many sleeps).
+pub fn sleep_until(ns: u64) {
+    let ts = timespec(ns);
+    // SAFETY: valid timespec.
+    unsafe {
+        libc::clock_nanosleep(
+            libc::CLOCK_MONOTONIC,
+            libc::TIMER_ABSTIME,
+            &ts,
+            std::ptr::null_mut(),
+        )
+    };
+}
+
+/// Block SIGINT and SIGTERM in this thread (and the threads it spawns later), so that
+/// one thread can wait for them ([`wait_for_stop_signal`], `sigtimedwait`).
+pub fn block_stop_signals() -> libc::sigset_t {
+    // SAFETY: plain signal-mask calls on a local set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// Wait for one of the signals blocked by [`block_stop_signals`].
+pub fn wait_for_stop_signal(set: &libc::sigset_t) {
+    let mut signum = 0;
+    // SAFETY: `set` is a valid, initialised signal set.
+    unsafe { libc::sigwait(set, &mut signum) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

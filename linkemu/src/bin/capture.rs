@@ -132,18 +132,6 @@ fn info_json(args: &Args, start_ns: u64, offset_ns: i64) -> String {
     .to_string()
 }
 
-fn block_stop_signals() -> libc::sigset_t {
-    // SAFETY: plain signal-mask calls on a local set.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, libc::SIGINT);
-        libc::sigaddset(&mut set, libc::SIGTERM);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    }
-}
-
 /// Wait for SIGINT/SIGTERM, re-measuring the clock offset every second; the largest
 /// change seen from the first offset.
 fn wait_refreshing_offset(set: &libc::sigset_t, offset: &AtomicI64, first: i64) -> i64 {
@@ -166,7 +154,7 @@ fn wait_refreshing_offset(set: &libc::sigset_t, offset: &AtomicI64, first: i64) 
 
 fn run() -> Result<(), String> {
     let args = parse_args()?;
-    let signals = block_stop_signals();
+    let signals = rt::block_stop_signals();
     let sock = CaptureSocket::open()?;
     let mut file =
         File::create(&args.log).map_err(|e| format!("cannot create log {}: {e}", args.log))?;

@@ -24,6 +24,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use latlab_linkemu::rt;
 use lltrace::clock::{monotonic_ns, timespec};
 
 const USAGE: &str = "usage: latlab-relay --listen PORT --to IP:PORT[,IP:PORT...] --hold-us N \
@@ -242,19 +243,6 @@ impl Relay {
     }
 }
 
-fn sleep_until(ns: u64) {
-    let ts = timespec(ns);
-    // SAFETY: valid timespec.
-    unsafe {
-        libc::clock_nanosleep(
-            libc::CLOCK_MONOTONIC,
-            libc::TIMER_ABSTIME,
-            &ts,
-            std::ptr::null_mut(),
-        )
-    };
-}
-
 /// Wait until the socket is readable or `timeout_ns` passed (ppoll: an hrtimer, not the
 /// jiffy-granular SO_RCVTIMEO); whether it is readable.
 fn readable_within(sock: &UdpSocket, timeout_ns: u64) -> bool {
@@ -278,7 +266,7 @@ fn run_loop(relay: &mut Relay, stop: &AtomicBool) {
             if due > monotonic_ns() + 200_000 {
                 break;
             }
-            sleep_until(due);
+            rt::sleep_until(due);
             let index = relay.tail;
             relay.release(index);
             relay.tail = (relay.tail + 1) % SLOTS;

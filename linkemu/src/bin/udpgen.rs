@@ -11,20 +11,8 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::process::ExitCode;
 
-use lltrace::clock::{monotonic_ns as now_ns, timespec};
-
-fn sleep_until(ns: u64) {
-    let ts = timespec(ns);
-    // SAFETY: valid timespec.
-    unsafe {
-        libc::clock_nanosleep(
-            libc::CLOCK_MONOTONIC,
-            libc::TIMER_ABSTIME,
-            &ts,
-            std::ptr::null_mut(),
-        )
-    };
-}
+use latlab_linkemu::rt;
+use lltrace::clock::monotonic_ns as now_ns;
 
 struct Args {
     dst: SocketAddr,
@@ -73,7 +61,7 @@ fn run() -> Result<(), String> {
     let start = now_ns() + 1_000_000;
     let mut sent = 0u64;
     for i in 0..args.count {
-        sleep_until(start + (i as f64 * period) as u64);
+        rt::sleep_until(start + (i as f64 * period) as u64);
         buf[2..4].copy_from_slice(&(i as u16).to_be_bytes());
         buf[4..8].copy_from_slice(&(i as u32).to_be_bytes());
         if sock.send(&buf).is_ok() {

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,7 @@ def host_dwell(run_dir: Path, host: str) -> tuple[dict[str, Any], pa.Table]:
     forwarding = match_forwarded(ingress, egress)
     kinds = _kinds(streams, ingress)
     layers = _layers(streams, ingress, kinds)
+    matched = _Matched(streams, forwarding, ingress, egress, kinds, layers)
     summary = {
         "host": host,
         "capture": {**stats, "problems": log.problems},
@@ -66,10 +68,10 @@ def host_dwell(run_dir: Path, host: str) -> tuple[dict[str, Any], pa.Table]:
         "match_rate": _rate(forwarding, len(egress)),
         "dwell": describe(forwarding.dwell_ns[forwarding.status == MATCHED]),
         "by_kind": _by(forwarding, ingress, kinds),
-        "legs": _legs(streams, forwarding, ingress, egress, kinds, layers),
+        "legs": _legs(matched),
         "problems": _problems(stats, log),
     }
-    return summary, _table(host, streams, forwarding, ingress, egress, kinds, layers)
+    return summary, _table(host, matched)
 
 
 def _capture_stats(path: Path) -> dict[str, Any]:
@@ -150,19 +152,26 @@ def _by(forwarding: Forwarding, ingress: Packets, kinds: np.ndarray) -> dict[str
             for kind in sorted(set(source_kind) - {""})}  # fmt: skip
 
 
-def _legs(
-    streams: list[dict[str, Any]],
-    forwarding: Forwarding,
-    ingress: Packets,
-    egress: Packets,
-    kinds: np.ndarray,
-    layers: np.ndarray,
-) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class _Matched:
+    """A capture's streams and packets, matched, with each stream's kind and layer."""
+
+    streams: list[dict[str, Any]]
+    forwarding: Forwarding
+    ingress: Packets
+    egress: Packets
+    kinds: np.ndarray
+    layers: np.ndarray
+
+
+def _legs(m: _Matched) -> list[dict[str, Any]]:
     """Per egress stream (a subscriber leg): its counts, its dwell, and per source stream
     it carried (an epoch's source: a layer) the dwell of the packets from it."""
+    streams, forwarding, ingress, egress = m.streams, m.forwarding, m.ingress, m.egress
+    kinds, layers = m.kinds, m.layers
     out = []
     ok = forwarding.status == MATCHED
-    source = np.where(ok, ingress.stream[np.maximum(forwarding.ingress_index, 0)], -1)
+    source = np.where(ok, _source_stream(forwarding, ingress), -1)
     for s in np.unique(egress.stream):
         mine = egress.stream == s
         sources = [
@@ -179,6 +188,13 @@ def _legs(
     return out
 
 
+def _source_stream(forwarding: Forwarding, ingress: Packets) -> np.ndarray:
+    """Per egress packet, the stream of the ingress packet it was matched to (a repeat's
+    too), -1 where none."""
+    index = forwarding.ingress_index
+    return np.where(index >= 0, ingress.stream[np.maximum(index, 0)], -1)
+
+
 def _problems(stats: dict[str, Any], log: LinkLog) -> list[str]:
     """What may be missing from the capture, one line each."""
     problems = list(log.problems)
@@ -193,19 +209,13 @@ def _problems(stats: dict[str, Any], log: LinkLog) -> list[str]:
     return problems
 
 
-def _table(
-    host: str,
-    streams: list[dict[str, Any]],
-    forwarding: Forwarding,
-    ingress: Packets,
-    egress: Packets,
-    kinds: np.ndarray,
-    layers: np.ndarray,
-) -> pa.Table:
+def _table(host: str, m: _Matched) -> pa.Table:
     """One row per egress RTP packet: leg, status, its source packet and the dwell."""
+    streams, forwarding, ingress, egress = m.streams, m.forwarding, m.ingress, m.egress
+    kinds, layers = m.kinds, m.layers
     ok = forwarding.status == MATCHED
     index = np.maximum(forwarding.ingress_index, 0)
-    source = np.where(forwarding.ingress_index >= 0, ingress.stream[index], -1)
+    source = _source_stream(forwarding, ingress)
     addr = np.array([s["addr"] for s in streams] + [""], dtype=object)
     ssrc = np.array([s["ssrc"] for s in streams] + [0], dtype=np.int64)
     status_name = np.array(["matched", "unmatched", "ambiguous", "repeat"], dtype=object)

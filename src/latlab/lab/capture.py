@@ -67,10 +67,10 @@ class Capture:
 
     def check(self) -> None:
         """CaptureError if the capture has exited on its own."""
-        popen = self.child.popen
-        if popen is not None and self.child.stopped == "running" and popen.poll() is not None:
+        code = self.child.died()
+        if code is not None:
             raise CaptureError(f"capture on host {self.host} died during the run "
-                               f"(exit code {popen.returncode}): {self._why()}")  # fmt: skip
+                               f"(exit code {code}): {self._why()}")  # fmt: skip
 
     def stop(self) -> str:
         """SIGTERM (it completes its log and writes its stats), then SIGKILL; how it ended."""

@@ -194,11 +194,11 @@ class Emulator:
 
     def check(self) -> None:
         """LinkError if the emulator has exited on its own."""
-        popen = self.child.popen
-        if popen is not None and self.child.stopped == "running" and popen.poll() is not None:
+        code = self.child.died()
+        if code is not None:
             raise LinkError(
                 f"link {self.name}: {BACKEND_EMULATOR} died during the run "
-                f"(exit code {popen.returncode}): {self._why()}"
+                f"(exit code {code}): {self._why()}"
             )
 
     def stop(self) -> str:

@@ -100,6 +100,14 @@ class ChildProcess:
         """Whether stdout was closed (the process exited or is exiting)."""
         return self._eof
 
+    def died(self) -> int | None:
+        """The exit code if the process exited on its own while it should run (not
+        stopped by us), else None."""
+        popen = self.popen
+        if popen is not None and self.stopped == "running" and popen.poll() is not None:
+            return popen.returncode
+        return None
+
     def mark_ready(self) -> None:
         """The program is ready (seen on its stdout, or reported otherwise, e.g. a server
         that answered its API)."""

@@ -216,10 +216,10 @@ class JanusServer:
 
     def check(self) -> None:
         """SfuError if Janus has exited on its own."""
-        popen = self.child.popen
-        if popen is not None and self.child.stopped == "running" and popen.poll() is not None:
+        code = self.child.died()
+        if code is not None:
             raise SfuError(f"SFU '{self.name}' (janus) died during the run "
-                           f"(exit code {popen.returncode}): {self._why()}")  # fmt: skip
+                           f"(exit code {code}): {self._why()}")  # fmt: skip
 
     def stop(self) -> str:
         """SIGINT, then SIGTERM, SIGKILL; how it ended."""

@@ -684,25 +684,24 @@ class ScenarioFile(Table):
 
     def _check_devices(self) -> None:
         """Each device on a host of the file, at most one per host."""
+        self._one_per_host("devices", "device", {n: d.host for n, d in self.devices.items()})
+
+    def _one_per_host(self, table: str, what: str, hosts: dict[str, str]) -> None:
+        """Each of ``hosts`` (name -> host, from ``[table.NAME]``) on a host of the file,
+        at most one per host."""
         taken: dict[str, str] = {}
-        for name, device in self.devices.items():
-            at = ("devices", name, "host")
-            self.check_host(device.host, at)
-            if device.host in taken:
-                problem = f"host '{device.host}' already has device '{taken[device.host]}'"
+        for name, host in hosts.items():
+            at = (table, name, "host")
+            self.check_host(host, at)
+            if host in taken:
+                problem = f"host '{host}' already has {what} '{taken[host]}'"
                 raise Problem(f"{problem} (one per host)", at, absolute=True)
-            taken[device.host] = name
+            taken[host] = name
 
     def _check_sfus(self) -> None:
         """Each SFU on a host of the file, at most one per host, named unlike processes."""
-        taken: dict[str, str] = {}
-        for name, sfu in self.sfus.items():
-            at = ("sfus", name, "host")
-            self.check_host(sfu.host, at)
-            if sfu.host in taken:
-                problem = f"host '{sfu.host}' already has SFU '{taken[sfu.host]}'"
-                raise Problem(f"{problem} (one per host)", at, absolute=True)
-            taken[sfu.host] = name
+        self._one_per_host("sfus", "SFU", {n: sfu.host for n, sfu in self.sfus.items()})
+        for name in self.sfus:
             if name in (self.processes or {}):
                 raise Problem(f"SFU '{name}' has the name of a process", ("sfus", name),
                               absolute=True)  # fmt: skip
