@@ -343,8 +343,10 @@ fn inspect_rtp(p: &[u8], rec: &mut Record) {
     let Some(rtp) = RtpHeader::parse(p) else {
         return;
     };
-    // Payload types 72..=76 are RTCP (SR, RR, SDES, BYE, APP).
-    if (72..=76).contains(&rtp.payload_type) {
+    // Second bytes 192..=223 are RTCP when RTP and RTCP share a port (RFC 5761 4): SR,
+    // RR, SDES, BYE, APP (200-204) and the feedback WebRTC sends (RTPFB 205 with
+    // transport-cc and NACK, PSFB 206 with PLI and REMB, XR 207): payload types 64..=95.
+    if (64..=95).contains(&rtp.payload_type) {
         return;
     }
     rec.flags |= crate::log::FLAG_RTP;

@@ -49,7 +49,8 @@ from latlab.ingest.chrome_trace import chrome_trace_path
 from latlab.lab.netns import Lab, LabError, delete_namespace, ip, namespace_name
 from latlab.lab.process import STOP_STEPS as PIPELINE_STOP_STEPS
 from latlab.lab.process import ChildProcess
-from latlab.lab.scenario import Call, Process, Scenario
+from latlab.lab.scenario import Call, Process, Room, Scenario
+from latlab.lab.sfu import ROOM
 from latlab.lab.signals import signals_deferred
 from latlab.rundir import BROWSER_RECORDS_SUFFIX, BROWSERS, DEVTOOLS_SUFFIX, LOGS, PAGESERVER_LOG
 
@@ -81,6 +82,9 @@ GI_CHECK = (
 )
 PROFILES_DIR = "profiles"
 DEFAULT_AUDIO = "tone-440hz.wav"
+# An SFU publisher's default: Opus codes a steady tone into packets of one size, which
+# no header field tells apart through an SFU (docs/sfu.md); noise varies them.
+DEFAULT_NOISE = "pink-noise.wav"
 PAGES_HOST = "_pages"
 SUBNET_BASE = "10.78"
 PORT = 8080
@@ -113,10 +117,11 @@ def pages_veths(pid: int, index: int) -> tuple[str, str]:
     return (f"ll{pid}m{index}a", f"ll{pid}m{index}b")
 
 
-def generate_tone(path: Path, seconds: int = 10) -> Path:
-    """A 440 Hz sine, 48 kHz mono S16LE WAV (Chromium loops it); BrowserError on failure."""
+def generate_tone(path: Path, seconds: int = 10, wave: str = "sine") -> Path:
+    """A 440 Hz sine (or another audiotestsrc ``wave``), 48 kHz mono S16LE WAV (Chromium
+    loops it); BrowserError on failure."""
     argv = ["gst-launch-1.0", "-q", "audiotestsrc", f"num-buffers={seconds * 100}",
-            "samplesperbuffer=480", "wave=sine", "freq=440", "volume=0.3", "!",
+            "samplesperbuffer=480", f"wave={wave}", "freq=440", "volume=0.3", "!",
             "audio/x-raw,rate=48000,channels=1,format=S16LE", "!", "wavenc", "!",
             "filesink", f"location={path}"]  # fmt: skip
     result = subprocess.run(argv, capture_output=True, text=True, check=False)
@@ -211,8 +216,11 @@ class PeerState:
 
     @property
     def media_flows(self) -> bool:
-        """Connected, and frames passed both transforms."""
-        return self.states.get("connection") == "connected" and {"send", "recv"} <= self.frame_sides
+        """Connected, and frames passed both transforms (a call), or its video flows (an
+        SFU participant: sent by a publisher, decoded by a subscriber)."""
+        if self.states.get("connection") != "connected":
+            return False
+        return {"send", "recv"} <= self.frame_sides or self.states.get("media") == "flowing"
 
 
 class PeerTracker:
@@ -281,6 +289,7 @@ class BrowserLab:
         self.tracker = PeerTracker()
         self.server: ChildProcess | None = None
         self.default_audio: Path | None = None
+        self.default_noise: Path | None = None
         self._created = False
         self.cpu_at_ready: dict[str, float] = {}
         self.cpu_at_stop: dict[str, float] = {}
@@ -307,8 +316,13 @@ class BrowserLab:
             if self.browsers:
                 self.records_dir.mkdir(parents=True, exist_ok=True)
                 self.version = chromium_version()
-            if any(p.audio_file is None and p.name not in self.captures for p in self.browsers):
+            defaults = {self._default_audio_name(p) for p in self.browsers
+                        if p.audio_file is None and p.name not in self.captures}  # fmt: skip
+            if DEFAULT_AUDIO in defaults:
                 self.default_audio = generate_tone(self.records_dir / DEFAULT_AUDIO)
+            if DEFAULT_NOISE in defaults:
+                self.default_noise = generate_tone(self.records_dir / DEFAULT_NOISE,
+                                                   wave="pink-noise")  # fmt: skip
             self._network()
             self._start_server()
         except BaseException:
@@ -407,13 +421,56 @@ class BrowserLab:
         call = self.scenario.call_of(proc.name)
         assert call is not None
         other = self.scenario.process(call.callee if proc.name == call.caller else call.caller)
+        return self._addrs_towards(proc.host, other.host, proc.name)[0]
+
+    def _addrs_towards(self, host: str, other: str, who: str) -> tuple[str, str]:
+        """(``host``'s address, ``other``'s address) on the link joining them."""
         for link in self.lab.links:
-            if {link.a, link.b} == {proc.host, other.host}:
-                return link.addr_a if proc.host == link.a else link.addr_b
-        raise BrowserError(f"process '{proc.name}': no link to '{other.name}'")
+            if {link.a, link.b} == {host, other}:
+                pair = (link.addr_a, link.addr_b)
+                return pair if host == link.a else (pair[1], pair[0])
+        raise BrowserError(f"process '{who}': no link from host '{host}' to '{other}'")
+
+    def sfu_url(self, proc: Process) -> str:
+        """The Janus API of ``proc``'s room: the SFU's first lab address (where its API
+        listens), reached over the member's own link (:meth:`route_to_sfus`)."""
+        room = self.scenario.room_of(proc.name)
+        assert room is not None
+        sfu = self.scenario.sfu(room.sfu)
+        return f"http://{self.lab.host_addrs(sfu.host)[0]}:{sfu.http_port}/janus"
+
+    def route_to_sfus(self) -> None:
+        """A route from each room member's host to its SFU's API address, through the
+        link joining them (the SFU host answers for all its addresses)."""
+        for room in self.scenario.rooms:
+            sfu_host = self.scenario.sfu(room.sfu).host
+            api = self.lab.host_addrs(sfu_host)[0]
+            for host in dict.fromkeys(self.scenario.process(m).host for m in room.members):
+                _, via = self._addrs_towards(host, sfu_host, host)
+                if via != api:
+                    ip("-n", self.lab.namespace(host), "route", "replace", f"{api}/32", "via", via)
+
+    def feed_id(self, name: str) -> int:
+        """A publisher's feed id in its room: 1000 + its index among the processes."""
+        return 1000 + [p.name for p in self.scenario.processes].index(name)
+
+    def room_url(self, proc: Process) -> str:
+        """The SFU participant page for ``proc``: its role, the room, the feeds."""
+        room = self.scenario.room_of(proc.name)
+        assert room is not None
+        query = {"id": proc.name, "janus": self.sfu_url(proc), "room": str(ROOM),
+                 "simulcast": "1" if room.simulcast else "0"}  # fmt: skip
+        if proc.name in room.publishers:
+            query.update(role="publisher", feed=str(self.feed_id(proc.name)))
+        else:
+            feeds = ",".join(str(self.feed_id(p)) for p in room.publishers)
+            query.update(role="subscriber", feeds=feeds)
+        return f"{self.server_url(proc.host)}/sfu.html?{urlencode(query)}"
 
     def page_url(self, proc: Process) -> str:
         """The page URL for ``proc``: its name, its peer, its role, what to signal."""
+        if self.scenario.room_of(proc.name) is not None:
+            return self.room_url(proc)
         call = self.scenario.call_of(proc.name)
         assert call is not None
         caller = proc.name == call.caller
@@ -436,8 +493,16 @@ class BrowserLab:
             return self.captures[proc.name]
         if proc.audio_file is not None:
             return Path(proc.audio_file)
-        assert self.default_audio is not None
-        return self.default_audio
+        default = self.default_noise if self._default_audio_name(proc) == DEFAULT_NOISE \
+            else self.default_audio  # fmt: skip
+        assert default is not None
+        return default
+
+    def _default_audio_name(self, proc: Process) -> str:
+        """What ``proc`` captures without an audio file: noise for an SFU publisher, else
+        the tone."""
+        room = self.scenario.room_of(proc.name)
+        return DEFAULT_NOISE if room is not None and proc.name in room.publishers else DEFAULT_AUDIO
 
     def argv(self, proc: Process) -> list[str]:
         """Chromium's argv for ``proc`` (to run inside its host's namespace)."""
@@ -576,6 +641,38 @@ class BrowserLab:
             pid = children[name].pid
             self.cpu_at_ready[name] = tree_cpu_s(pid) if pid else 0.0
 
+    def await_room(self, room: Room, children: Mapping[str, ChildProcess]) -> None:
+        """Wait until every member's page said hello and its media flows (a publisher
+        sends video, a subscriber decodes it); BrowserError naming the first that did
+        not, within the room's ``timeout_s`` of the last launch."""
+        started = max(children[n].started_ns or 0 for n in room.members)
+        deadline = time.monotonic() + room.timeout_s - (time.monotonic_ns() - started) / 1e9
+
+        def abort() -> None:
+            self.check_server()
+            for name in room.members:
+                if children[name].died() is not None or children[name].eof:
+                    raise BrowserError(
+                        f"process '{name}' (chromium) exited during start-up "
+                        f"(exit code {children[name].exit_code()}): "
+                        f"{self.tail(name, children[name])}"
+                    )
+
+        for name in room.members:
+            peer = self.tracker.state(name)
+            role = "publisher" if name in room.publishers else "subscriber"
+            if not self.tracker.wait(lambda p=peer: p.media_ns is not None, deadline, abort):
+                what = "did not say hello" if peer.hello_ns is None else "media did not flow"
+                raise BrowserError(
+                    f"process '{name}' (chromium, {role} in room '{room.name}'): {what} "
+                    f"within {room.timeout_s:g} s ({self._progress(peer)}): "
+                    f"{self.tail(name, children[name])}"
+                )
+        for name in room.members:
+            children[name].ready_ns = self.tracker.state(name).media_ns
+            pid = children[name].pid
+            self.cpu_at_ready[name] = tree_cpu_s(pid) if pid else 0.0
+
     def kind(self, name: str) -> str:
         """``chromium`` or ``gstreamer webrtcbin``: what process ``name`` is."""
         return self.scenario.process(name).call_peer
@@ -625,7 +722,8 @@ class BrowserLab:
             "binary": str(CHROMIUM),
             "version": self.version,
             "url": self.page_url(proc),
-            "audio_file": str(self.audio_file(proc)) if self.default_audio or proc.audio_file
+            "audio_file": str(self.audio_file(proc))
+            if self.default_audio or self.default_noise or proc.audio_file
             else None,
             "audio_processing": proc.audio_processing,
             "jitterbuffer_ms": proc.jitterbuffer_ms,
@@ -656,6 +754,7 @@ class BrowserLab:
 
         return {
             "call": (call.name if (call := self.scenario.call_of(proc.name)) else None),
+            "room": (room.name if (room := self.scenario.room_of(proc.name)) else None),
             "hello_s": since(peer.hello_ns),
             "media_s": since(peer.media_ns),
             "states": self.states_at_stop.get(proc.name, dict(peer.states)),

@@ -30,7 +30,12 @@ from typing import IO, Any
 from aiohttp import WSMsgType, web
 
 WWW = Path(__file__).resolve().parent / "www"
-ASSETS = ("index.html", "transform.js", "tap-worklet.js")
+JANUS_JS = Path("/usr/share/javascript/janus-gateway/janus.js")  # Debian's janus-demos
+ASSETS = {
+    **{name: WWW / name for name in ("index.html", "sfu.html", "page.js", "transform.js",
+                                     "tap-worklet.js")},
+    "janus.js": JANUS_JS,
+}  # fmt: skip
 CLOCK_PING_S = 0.25
 # Cross-origin isolation gives the page performance.now() at 5 us instead of 100 us.
 HEADERS = {
@@ -167,9 +172,9 @@ class PageServer:
 async def asset(request: web.Request) -> web.FileResponse:
     """The page and its scripts."""
     name = request.match_info.get("name") or "index.html"
-    if name not in ASSETS:
+    if name not in ASSETS or not ASSETS[name].is_file():
         raise web.HTTPNotFound()
-    return web.FileResponse(WWW / name, headers=HEADERS)
+    return web.FileResponse(ASSETS[name], headers=HEADERS)
 
 
 async def serve(port: int, out_dir: Path, peers: list[str], out_dirs: dict[str, Path]) -> None:

@@ -298,6 +298,8 @@ class _Run:
                 raise RunError(str(exc)) from None
             if spec.cost:
                 self._idle_baseline(spec, server.child)
+        if self.scenario.rooms and self.browsers is not None:
+            self.browsers.route_to_sfus()
 
     def _check_sfus(self) -> None:
         for server in self.sfus:
@@ -348,10 +350,16 @@ class _Run:
             _stop_in_reverse(self.signal.children)
 
     def _await_call(self, proc: Process) -> None:
-        """Once both browsers of ``proc``'s call are started, wait until media flows."""
+        """Once both browsers of ``proc``'s call (or every member of its room) are
+        started, wait until media flows."""
         assert self.browsers is not None
-        call = self.scenario.call_of(proc.name)
         started = self._browser_children()
+        room = self.scenario.room_of(proc.name)
+        if room is not None:
+            if all(name in started for name in room.members):
+                self.browsers.await_room(room, started)
+            return
+        call = self.scenario.call_of(proc.name)
         if call is None or not all(name in started for name in call.between):
             return
         self.browsers.await_call(call, started)

@@ -517,3 +517,32 @@ def black_box_missing(codes: dict[str, int], anchor: str) -> list[Finding]:
         )
     return [Finding("blackbox", "Black box codes: " + "; ".join(parts) + ".", anchor,
                     notable=injected > found)]  # fmt: skip
+
+
+def forwarding(host: str, box: dict[str, Any], anchor: str) -> list[Finding]:
+    """What a captured host's forwarding says (summary.json ``forwarding.HOST``): how long
+    packets stayed inside and how many of them the matcher could name."""
+    if box.get("error"):
+        return [Finding("sfu", f"Inside {host}: {box['error']}", anchor, notable=True)]
+    dwell = box["dwell"]
+    if not dwell.get("count"):
+        text = f"Inside {host}: no forwarded packet was matched ({box['forwarded']} sent)."
+        return [Finding("sfu", text, anchor, notable=bool(box["forwarded"]))]
+    text = (f"Inside {host}, forwarded packets stayed {_ms(dwell['p50_ms'])} ms at p50, "
+            f"{_ms(dwell['p99_ms'])} ms at p99 ({box['matched']} of {box['forwarded']} "
+            "matched to their source).")  # fmt: skip
+    found = [Finding("sfu", text, anchor, notable=box["matched"] < 0.99 * box["forwarded"])]
+    found += [Finding("sfu", f"{host} capture: {problem}.", anchor, notable=True)
+              for problem in box["problems"]]  # fmt: skip
+    return found
+
+
+def forwarding_cost(name: str, cost: dict[str, Any], anchor: str) -> list[Finding]:
+    """What a counted process cost per forwarded packet (summary.json ``costs.NAME``)."""
+    per = cost.get("per_packet")
+    if not per:
+        return []
+    text = (f"{name} cost {per['cpu_us']:.0f} us of CPU, {per['syscalls']:.1f} syscalls and "
+            f"{per['context_switches']:.1f} context switches per forwarded packet, its idle "
+            "baseline taken off.")  # fmt: skip
+    return [Finding("sfu", text, anchor)]

@@ -17,6 +17,7 @@ from typing import Any
 from latlab import __version__
 from latlab.analysis.segments import StreamAnalysis
 from latlab.errors import UserInputError
+from latlab.report import findings as fnd
 from latlab.report.blackbox import ROWS as BLACKBOX_ROWS
 from latlab.report.blackbox import span_text
 from latlab.report.findings import Finding
@@ -204,6 +205,55 @@ def blackbox_section(model: dict[str, Any], box: dict[str, Any]) -> str:
     return "".join(parts) + "</section>"
 
 
+def forwarding_findings(host: str, box: dict[str, Any], costs: dict[str, Any]) -> list[Finding]:
+    """The findings of a captured host's forwarding and of its counted processes."""
+    anchor = f"sfu-{host}"
+    found = fnd.forwarding(host, box, anchor)
+    for name, cost in sorted(costs.items()):
+        found += fnd.forwarding_cost(name, cost, anchor)
+    return found
+
+
+def forwarding_section(host: str, box: dict[str, Any], costs: dict[str, Any]) -> str:
+    """A captured host's forwarding (docs/sfu.md): the dwell per subscriber leg and per
+    source it carried, then what each counted process cost per forwarded packet."""
+    head = f'<section id="sfu-{esc(host)}"><h2>Forwarded inside {esc(host)}</h2>'
+    if box.get("error"):
+        return head + f"<p>{esc(box['error'])}</p></section>"
+    rows = []
+    for leg in box["legs"]:
+        name = f"{leg['to']} {leg['ssrc']} {leg['kind']}"
+        rows.append(_dwell_row(name, "all", leg["matched"], leg["dwell"]))
+        for source in leg["sources"] if len(leg["sources"]) > 1 else []:
+            layer = f" layer {source['layer']}" if source["layer"] is not None else ""
+            rows.append(_dwell_row("", source["ssrc"] + layer, source["dwell"]["count"],
+                                   source["dwell"]))  # fmt: skip
+    rows.append(_dwell_row("all legs", "", box["dwell"]["count"], box["dwell"]))
+    table = ('<table class="stats"><thead><tr><th>leg (to)</th><th>source</th>'
+             "<th>packets</th><th>p50 ms</th><th>p90 ms</th><th>p99 ms</th><th>max ms</th>"
+             "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")  # fmt: skip
+    intro = (f"<p>{box['matched']} of {box['forwarded']} egress RTP packets matched to "
+             f"their source ({box['ambiguous']} ambiguous, {box['unmatched']} unmatched, "
+             f"{box['repeat']} repeats); one kernel clock for ingress and egress.</p>")  # fmt: skip
+    parts = [head, intro, table]
+    parts += [f"<p>{esc(host)} capture: {esc(p)}</p>" for p in box["problems"]]
+    for name, cost in sorted(costs.items()):
+        per = cost.get("per_packet") or {}
+        cells = "".join(f"<td>{_ms(per.get(k))}</td>" for k in
+                        ("cpu_us", "syscalls", "context_switches", "sched_switches"))  # fmt: skip
+        parts.append(f"<h3>cost of {esc(name)} per forwarded packet, idle baseline taken off</h3>"
+                     '<table class="stats"><thead><tr><th>CPU µs</th><th>syscalls</th>'
+                     "<th>context switches</th><th>scheduler switches</th></tr></thead>"
+                     f"<tbody><tr>{cells}</tr></tbody></table>")  # fmt: skip
+    return "".join(parts) + "</section>"
+
+
+def _dwell_row(name: str, source: str, count: int, dwell: dict[str, Any]) -> str:
+    cells = "".join(f"<td>{_ms(dwell.get(k)) if count else '-'}</td>"
+                    for k in ("p50_ms", "p90_ms", "p99_ms", "max_ms"))  # fmt: skip
+    return f"<tr><td>{esc(name)}</td><td>{esc(source)}</td><td>{count}</td>{cells}</tr>"
+
+
 def traces_table(traces: list[dict[str, Any]]) -> str:
     """Traced processes: configured pipeline latency and problems."""
     rows = "".join(
@@ -253,6 +303,11 @@ def run_html(
     ]
     if box:
         sections.append(blackbox_section(box, summary["blackbox"]))
+    for host, forwarded in sorted((summary.get("forwarding") or {}).items()):
+        costs = {n: c for n, c in (summary.get("costs") or {}).items() if c.get("host") == host}
+        groups.append((f"forwarded inside {host}" if many else "",
+                       forwarding_findings(host, forwarded, costs)))  # fmt: skip
+        sections.append(forwarding_section(host, forwarded, costs))
     if model["cpu"]:
         sections.append(
             '<section id="resources"><h2>Resources</h2>'

@@ -46,6 +46,7 @@ from latlab.lab.scenario.objects import (
     Link,
     LinkBackend,
     Process,
+    Room,
     Scenario,
     Sfu,
     SignalEnd,
@@ -507,6 +508,45 @@ class CallTable(Table):
         return Call(name=name, caller=caller, callee=callee, timeout_s=float(self.timeout_s))
 
 
+class RoomTable(Table):
+    """A ``[rooms.NAME]`` table: browsers meeting through the SFU ``sfu`` (a
+    ``[sfus.NAME]``): each of ``publishers`` sends audio and video (``simulcast``: three
+    layers), each of ``subscribers`` receives every publisher; ``timeout_s`` is how long
+    the pages may take to load and get media flowing."""
+
+    sfu: Text
+    publishers: Annotated[list[str], non_empty("at least one publisher is needed")]
+    subscribers: list[str] = []
+    simulcast: Annotated[bool, BOOLEAN] = True
+    timeout_s: Annotated[float, POSITIVE] = CALL_TIMEOUT_S
+
+    def check_in(self, doc: ScenarioFile, at: Loc) -> None:
+        """The SFU exists; every member is a browser, in one role, on a host joined by a
+        link to the SFU's host."""
+        if self.sfu not in doc.sfus:
+            known = ", ".join(doc.sfus) or "none"
+            raise Problem(f"unknown SFU '{self.sfu}' (sfus: {known})", (*at, "sfu"), absolute=True)
+        sfu_host = doc.sfus[self.sfu].host
+        processes = doc.processes or {}
+        members = [*self.publishers, *self.subscribers]
+        if len(set(members)) != len(members):
+            raise Problem("a process is both publisher and subscriber, or named twice", at,
+                          absolute=True)  # fmt: skip
+        for name in members:
+            if not isinstance(processes.get(name), BrowserProcess):
+                raise Problem(f"'{name}' is not a browser process", at, absolute=True)
+            host = processes[name].host
+            if not any(set(link.between) == {host, sfu_host} for link in doc.links):
+                problem = f"'{name}' (host '{host}') needs a [[links]] to the SFU's host"
+                raise Problem(f"{problem} '{sfu_host}'", at, absolute=True)
+
+    def build(self, name: str) -> Room:
+        """The lab's room."""
+        return Room(name=name, sfu=self.sfu, publishers=tuple(self.publishers),
+                    subscribers=tuple(self.subscribers), simulcast=self.simulcast,
+                    timeout_s=float(self.timeout_s))  # fmt: skip
+
+
 class SignalTable(Table):
     """``[signal]``: the black box. Time-coded audio played in at ``inject`` and recorded
     at ``record``, each a JACK device (with the ``*_client`` whose ports to use), a
@@ -661,6 +701,7 @@ class ScenarioFile(Table):
     devices: dict[Name, DeviceTable] = {}
     sfus: dict[Name, SfuTable] = {}
     calls: dict[Name, CallTable] = {}
+    rooms: dict[Name, RoomTable] = {}
     signal: SignalTable | None = None
 
     @model_validator(mode="after")
@@ -733,10 +774,18 @@ class ScenarioFile(Table):
                     problem = f"process '{peer}' is already in call '{seen[peer]}' (one call each)"
                     raise Problem(problem, ("calls", name, "between"), absolute=True)
                 seen[peer] = name
+        for name, room in self.rooms.items():
+            room.check_in(self, ("rooms", name))
+            for member in (*room.publishers, *room.subscribers):
+                if member in seen:
+                    problem = f"process '{member}' is already in '{seen[member]}' (one each)"
+                    raise Problem(problem, ("rooms", name), absolute=True)
+                seen[member] = name
         for name, process in (self.processes or {}).items():
             if not isinstance(process, PipelineProcess) and name not in seen:
                 what = "a browser" if isinstance(process, BrowserProcess) else "a webrtc peer"
-                problem = f'{what} must be in a call ([calls.NAME] between = ["a", "b"])'
+                problem = (f'{what} must be in a call ([calls.NAME] between = ["a", "b"]) '
+                           "or a room ([rooms.NAME])")  # fmt: skip
                 raise Problem(problem, ("processes", name), absolute=True)
 
     def _check_signal_refs(self, rig: SignalRig | None) -> None:
@@ -766,6 +815,7 @@ class ScenarioFile(Table):
             devices=tuple(device.build(name) for name, device in self.devices.items()),
             sfus=tuple(sfu.build(name) for name, sfu in self.sfus.items()),
             calls=tuple(call.build(name) for name, call in self.calls.items()),
+            rooms=tuple(room.build(name) for name, room in self.rooms.items()),
             signal=self.signal.build(self) if self.signal is not None else None,
         )
 

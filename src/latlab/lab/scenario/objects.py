@@ -216,6 +216,24 @@ class SignalRig:
 
 
 @dataclass(frozen=True)
+class Room:
+    """Browsers meeting through an SFU: ``publishers`` send audio and video (three
+    simulcast layers with ``simulcast``), ``subscribers`` receive every publisher."""
+
+    name: str
+    sfu: str
+    publishers: tuple[str, ...]
+    subscribers: tuple[str, ...] = ()
+    simulcast: bool = True
+    timeout_s: float = CALL_TIMEOUT_S
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """Publishers, then subscribers."""
+        return (*self.publishers, *self.subscribers)
+
+
+@dataclass(frozen=True)
 class Sfu:
     """An SFU on a host: ``server`` ("janus": Janus's videoroom, started by latlab with
     a configuration it writes), its HTTP API on ``http_port`` of the host's address;
@@ -247,11 +265,20 @@ class Scenario:
     devices: tuple[Device, ...] = ()
     sfus: tuple[Sfu, ...] = ()
     calls: tuple[Call, ...] = ()
+    rooms: tuple[Room, ...] = ()
     signal: SignalRig | None = None
 
     def call_of(self, process: str) -> Call | None:
         """The call a browser or webrtcbin process takes part in (None if it is in none)."""
         return next((c for c in self.calls if process in c.between), None)
+
+    def room_of(self, process: str) -> Room | None:
+        """The SFU room a browser takes part in (None if it is in none)."""
+        return next((r for r in self.rooms if process in r.members), None)
+
+    def sfu(self, name: str) -> Sfu:
+        """The SFU called ``name`` (KeyError if there is none)."""
+        return next(s for s in self.sfus if s.name == name)
 
     def host_names(self) -> list[str]:
         """Host names in file order."""
