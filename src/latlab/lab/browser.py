@@ -37,7 +37,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -605,19 +605,8 @@ class BrowserLab:
     def await_call(self, call: Call, children: Mapping[str, ChildProcess]) -> None:
         """Wait until both pages said hello and media flows; BrowserError naming the one
         that did not, within the call's ``timeout_s`` of the later launch."""
-        started = max(children[n].started_ns or 0 for n in call.between)
-        deadline = time.monotonic() + call.timeout_s - (time.monotonic_ns() - started) / 1e9
-
-        def abort() -> None:
-            self.check_server()
-            for name in call.between:
-                child = children[name]
-                if child.eof or (child.popen is not None and child.popen.poll() is not None):
-                    code = child.exit_code()
-                    raise BrowserError(
-                        f"process '{name}' ({self.kind(name)}) exited during start-up "
-                        f"(exit code {code}): {self.tail(name, child)}"
-                    )
+        deadline = self._deadline(call.between, children, call.timeout_s)
+        abort = self._exit_check(call.between, children)
 
         for name in call.between:
             peer = self.tracker.state(name)
@@ -636,27 +625,14 @@ class BrowserLab:
                     f"within {call.timeout_s:g} s ({self._progress(peer)}): "
                     f"{self.tail(name, children[name])}"
                 )
-        for name in call.between:
-            children[name].ready_ns = self.tracker.state(name).media_ns
-            pid = children[name].pid
-            self.cpu_at_ready[name] = tree_cpu_s(pid) if pid else 0.0
+        self._ready(call.between, children)
 
     def await_room(self, room: Room, children: Mapping[str, ChildProcess]) -> None:
         """Wait until every member's page said hello and its media flows (a publisher
         sends video, a subscriber decodes it); BrowserError naming the first that did
         not, within the room's ``timeout_s`` of the last launch."""
-        started = max(children[n].started_ns or 0 for n in room.members)
-        deadline = time.monotonic() + room.timeout_s - (time.monotonic_ns() - started) / 1e9
-
-        def abort() -> None:
-            self.check_server()
-            for name in room.members:
-                if children[name].died() is not None or children[name].eof:
-                    raise BrowserError(
-                        f"process '{name}' (chromium) exited during start-up "
-                        f"(exit code {children[name].exit_code()}): "
-                        f"{self.tail(name, children[name])}"
-                    )
+        deadline = self._deadline(room.members, children, room.timeout_s)
+        abort = self._exit_check(room.members, children)
 
         for name in room.members:
             peer = self.tracker.state(name)
@@ -668,7 +644,36 @@ class BrowserLab:
                     f"within {room.timeout_s:g} s ({self._progress(peer)}): "
                     f"{self.tail(name, children[name])}"
                 )
-        for name in room.members:
+        self._ready(room.members, children)
+
+    @staticmethod
+    def _deadline(
+        names: Sequence[str], children: Mapping[str, ChildProcess], timeout_s: float
+    ) -> float:
+        """``timeout_s`` after the last of ``names`` was launched, on time.monotonic()."""
+        started = max(children[n].started_ns or 0 for n in names)
+        return time.monotonic() + timeout_s - (time.monotonic_ns() - started) / 1e9
+
+    def _exit_check(
+        self, names: Sequence[str], children: Mapping[str, ChildProcess]
+    ) -> Callable[[], None]:
+        """A check that raises BrowserError if the page server or one of ``names`` exited."""
+
+        def abort() -> None:
+            self.check_server()
+            for name in names:
+                child = children[name]
+                if child.eof or (child.popen is not None and child.popen.poll() is not None):
+                    raise BrowserError(
+                        f"process '{name}' ({self.kind(name)}) exited during start-up "
+                        f"(exit code {child.exit_code()}): {self.tail(name, child)}"
+                    )
+
+        return abort
+
+    def _ready(self, names: Sequence[str], children: Mapping[str, ChildProcess]) -> None:
+        """``names`` are ready as their media flows; their CPU time so far is noted."""
+        for name in names:
             children[name].ready_ns = self.tracker.state(name).media_ns
             pid = children[name].pid
             self.cpu_at_ready[name] = tree_cpu_s(pid) if pid else 0.0
