@@ -8,7 +8,8 @@ from pathlib import Path
 from latlab.errors import EnvironmentProblem
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PLUGIN_DIR = REPO_ROOT / "target" / "release"  # the Cargo workspace's build
+BUILD_DIR = REPO_ROOT / "target" / "release"  # the Cargo workspace's build: every binary
+PLUGIN_DIR = BUILD_DIR
 PLUGIN_FILE = PLUGIN_DIR / "libgstlatlab.so"
 
 

@@ -17,8 +17,8 @@ from typing import Any
 from latlab import rundir
 from latlab.errors import EnvironmentProblem, MeasurementError
 from latlab.lab.process import ChildProcess
+from latlab.tracer import BUILD_DIR
 
-REPO = Path(__file__).resolve().parents[3]
 CAPTURE_BINARY = "latlab-capture"
 READY_TIMEOUT_S = 10.0
 STOP_STEPS = None  # ChildProcess's default: SIGTERM, then SIGKILL
@@ -30,7 +30,7 @@ class CaptureError(MeasurementError):
 
 def capture_binary() -> Path:
     """The built ``latlab-capture`` (target/release of the Cargo workspace)."""
-    path = REPO / "target" / "release" / CAPTURE_BINARY
+    path = BUILD_DIR / CAPTURE_BINARY
     if not path.is_file():
         raise EnvironmentProblem(f"{path}: not built (run bash scripts/setup.sh)")
     return path
@@ -74,8 +74,6 @@ class Capture:
 
     def stop(self) -> str:
         """SIGTERM (it completes its log and writes its stats), then SIGKILL; how it ended."""
-        if self.child.stopped != "running":
-            return self.child.stopped
         return self.child.stop(STOP_STEPS)
 
     def describe(self) -> dict[str, Any]:

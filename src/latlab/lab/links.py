@@ -32,13 +32,13 @@ from typing import TYPE_CHECKING, Any
 from latlab.errors import MeasurementError
 from latlab.lab.process import ChildProcess, failure_line
 from latlab.lab.scenario import BACKEND_EMULATOR
+from latlab.tracer import BUILD_DIR
 
 if TYPE_CHECKING:
     from latlab.lab.scenario import Link
 
-REPO = Path(__file__).resolve().parents[3]
-LINKEMU = REPO / "target" / "release" / "latlab-linkemu"
-UDPGEN = REPO / "target" / "release" / "latlab-udpgen"
+LINKEMU = BUILD_DIR / "latlab-linkemu"
+UDPGEN = BUILD_DIR / "latlab-udpgen"
 BACKEND_DIRECT = "direct"
 READY_MARKER = "ready"
 READY_TIMEOUT_S = 5.0
@@ -203,8 +203,6 @@ class Emulator:
 
     def stop(self) -> str:
         """SIGTERM (the emulator completes its log), then SIGKILL; how it ended."""
-        if self.child.stopped != "running":
-            return self.child.stopped
         return self.child.stop(STOP_STEPS)
 
     def describe(self, base: Path | None) -> dict[str, Any]:

@@ -132,7 +132,7 @@ class ChildProcess:
         """Stop the process group: by default SIGINT (gst-launch -e sends EOS), then SIGTERM,
         SIGKILL (``steps``, else the process's ``stop_steps``)."""
         steps = self.stop_steps if steps is None else steps
-        if self.popen is None:
+        if self.popen is None or self.stopped != "running":  # not started, or stopped already
             return self.stopped
         if self.popen.poll() is not None and self._closing is None:
             self.stopped = "exited"

@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -51,18 +52,16 @@ from latlab.lab.sfu import JanusServer, SfuError
 from latlab.lab.signal_rig import SignalRigError, SignalRigRun
 from latlab.lab.signals import Terminated, signals_deferred, sigterm_raises
 from latlab.rundir import RESOURCES_FILE
-from latlab.tracer import tracer_env
+from latlab.tracer import BUILD_DIR, tracer_env
 
 GST_LAUNCH = "gst-launch-1.0"
 READY_TIMEOUT_S = 10.0
 PROGRESS_TICK_S = 0.25
 # A ``command`` process is ready when it prints a line starting with this.
 COMMAND_READY_MARKER = "ready"
-REPO_ROOT = Path(__file__).resolve().parents[3]
 # Programs built by scripts/setup.sh, found by name as a command's first word.
 LATLAB_PROGRAMS = {
-    name: REPO_ROOT / "target/release" / name
-    for name in ("latlab-kuprobe", "latlab-relay", "latlab-udpgen")
+    name: BUILD_DIR / name for name in ("latlab-kuprobe", "latlab-relay", "latlab-udpgen")
 }
 
 
@@ -287,7 +286,7 @@ class _Run:
             wrap = None
             if spec.cost:
                 path = rundir.cost_file(self.out_dir, spec.name)
-                wrap = lambda argv, path=path: cost.counted_argv(argv, path)  # noqa: E731
+                wrap = partial(cost.counted_argv, csv_path=path)
             server = JanusServer(spec.name, self.lab.namespace(spec.host),
                                  self.lab.host_addrs(spec.host), spec.http_port,
                                  self.out_dir, self.exited, wrap)  # fmt: skip
