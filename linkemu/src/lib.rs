@@ -3,6 +3,7 @@
 //! with kernel timestamps) and `latlab-udpgen` (a steady RTP-like sender). They write
 //! the same log format (`docs/link-log-format.md`).
 
+pub mod args;
 pub mod config;
 pub mod lane;
 pub mod log;

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use latlab_linkemu::config::Config;
 use latlab_linkemu::lane::{self, Lane};
 use latlab_linkemu::net::PacketSocket;
-use latlab_linkemu::{log, model, rt};
+use latlab_linkemu::{args, log, model, rt};
 use lltrace::Spsc;
 
 struct Args {
@@ -37,14 +37,10 @@ const USAGE: &str =
     "usage: latlab-linkemu --iface-a IFA --iface-b IFB --config CONFIG.json --log LOG.lllink [--spin-us N] [--release-cpu CPU]";
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = std::env::args().skip(1);
     let (mut a, mut b, mut config, mut log) = (None, None, None, None);
     let mut spin_ns = lane::DEFAULT_SPIN_NS;
     let mut release_cpu = None;
-    while let Some(flag) = args.next() {
-        let value = args
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value; {USAGE}"))?;
+    for (flag, value) in args::flag_values(USAGE)? {
         match flag.as_str() {
             "--iface-a" => a = Some(value),
             "--iface-b" => b = Some(value),

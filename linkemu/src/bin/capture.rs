@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use latlab_linkemu::log::{self, LogRings, Record, VERDICT_DELIVERED};
 use latlab_linkemu::net::{self, CaptureSocket, Control};
-use latlab_linkemu::rt;
+use latlab_linkemu::{args, rt};
 use lltrace::clock::{monotonic_ns, realtime_ns};
 use lltrace::Spsc;
 
@@ -38,12 +38,8 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = std::env::args().skip(1);
     let (mut name, mut log, mut stats) = (None, None, None);
-    while let Some(flag) = args.next() {
-        let value = args
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value; {USAGE}"))?;
+    for (flag, value) in args::flag_values(USAGE)? {
         match flag.as_str() {
             "--name" => name = Some(value),
             "--log" => log = Some(value),

@@ -24,7 +24,7 @@ use std::net::{SocketAddr, UdpSocket};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use latlab_linkemu::rt;
+use latlab_linkemu::{args, rt};
 use lltrace::clock::{monotonic_ns, timespec};
 
 const USAGE: &str = "usage: latlab-relay --listen PORT --to IP:PORT[,IP:PORT...] --hold-us N \
@@ -43,13 +43,9 @@ struct Args {
 }
 
 fn parse_args() -> Result<Args, String> {
-    let mut args = std::env::args().skip(1);
     let (mut listen, mut to, mut hold_ns) = (None, None, None);
     let (mut layers, mut switch_ns) = (Vec::new(), 1_000_000_000);
-    while let Some(flag) = args.next() {
-        let value = args
-            .next()
-            .ok_or_else(|| format!("{flag} needs a value; {USAGE}"))?;
+    for (flag, value) in args::flag_values(USAGE)? {
         let bad = |what: &str| format!("{flag}: not {what}: {value}");
         match flag.as_str() {
             "--listen" => listen = Some(value.parse().map_err(|_| bad("a port"))?),

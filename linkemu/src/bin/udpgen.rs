@@ -11,7 +11,7 @@
 use std::net::{SocketAddr, UdpSocket};
 use std::process::ExitCode;
 
-use latlab_linkemu::rt;
+use latlab_linkemu::{args, rt};
 use lltrace::clock::monotonic_ns as now_ns;
 
 struct Args {
@@ -23,7 +23,6 @@ struct Args {
 }
 
 fn parse() -> Result<Args, String> {
-    let mut it = std::env::args().skip(1);
     let mut args = Args {
         dst: "127.0.0.1:5004".parse().unwrap(),
         pps: 1000.0,
@@ -31,8 +30,7 @@ fn parse() -> Result<Args, String> {
         size: 200,
         ssrc: 0x1a7e_0001,
     };
-    while let Some(flag) = it.next() {
-        let v = it.next().ok_or(format!("{flag} needs a value"))?;
+    for (flag, v) in args::flag_values("")? {
         let bad = format!("{flag}: bad value {v}");
         match flag.as_str() {
             "--dst" => args.dst = v.parse().map_err(|_| format!("--dst: bad address {v}"))?,
