@@ -162,6 +162,24 @@ def test_a_device_injection_is_timed_where_its_own_recording_found_the_codes(
         rig_code_delays(tmp_path)
 
 
+def test_a_code_lost_to_silence_is_a_dropout_and_a_damaged_one_is_not(tmp_path: Path) -> None:
+    # the playout device's recording: 80 ms of silence over the third code (a dropout, as
+    # an audio server plays when its stream underruns), noise instead of the fifth
+    generate_file(GenerateOptions(out=tmp_path / "sent.wav", duration_s=2.0))
+    _delivered_copy(tmp_path, "injected.wav", "inject.parquet", 1000, recording="injected.wav")
+    _delivered_copy(tmp_path, RECEIVED_WAV, "record.parquet", 3000)
+    assert rig_code_delays(tmp_path).found.all()
+    received = read_wav(tmp_path / RECEIVED_WAV)
+    at = [3000 + round(t * 48000) for t in read_sent_codes(tmp_path).time_s]
+    received.samples[at[2] - 1920 : at[2] + 1920] = 0.0
+    noise = np.random.default_rng(1).normal(0.0, 0.3, 4800)
+    received.samples[at[4] - 2400 : at[4] + 2400] = noise.astype(np.float32)
+    write_wav(tmp_path / RECEIVED_WAV, received.samples, 48000)
+    delays = rig_code_delays(tmp_path)
+    assert list(np.flatnonzero(~delays.found)) == [2, 4]
+    assert list(np.flatnonzero(delays.dropout)) == [2]
+
+
 def _journeys(starts_ms: list[float], end_to_end_ms: list[float]) -> Journeys:
     start = np.array(starts_ms) * MS
     times = np.stack([start, start + np.array(end_to_end_ms) * MS], axis=1).astype(np.int64)

@@ -89,14 +89,18 @@ def test_every_code_crosses_the_pulse_devices(planted: dict) -> None:
         codes = box["codes"]
         assert codes["injected"] >= 25
         assert codes["found"] + codes["missing"] == codes["injected"]
-        # Every code is found, but the first may be cut at the receiver's start: in one
-        # CI run (of a dozen) its first 45 ms never reached the receiver's null sink
-        # (whole in the injection tap, read steadily by the recorder, its units complete
-        # at pulsesink): the system lost it, and latlab counted it missing.
+        # Every code is found, except where the receiver's device played nothing: in two
+        # CI runs (of about fifteen) the start of the receiver's playout never reached its
+        # null sink (whole in the injection tap, read steadily by the recorder, its units
+        # complete at pulsesink), one run losing the first code, the other the first two.
+        # The system lost them, and latlab must say so: a missing code is a dropout (the
+        # recording is silent where it belonged), never a code it failed to read.
         table = pq.read_table(run_dir / CODES_FILE).to_pydict()
-        counted = np.flatnonzero(table["in_window"])
+        counted = np.asarray(table["in_window"], dtype=bool)
         found = np.isfinite(np.asarray(table["record_ns"], dtype=np.float64))
-        assert found[counted[1:]].all()
+        dropout = np.asarray(table["dropout"], dtype=bool)
+        assert not (counted & ~found & ~dropout).any()
+        assert codes["dropouts"] == codes["missing"] <= 3
         # a code at the edge of the measured window may fall in no complete unit
         assert box["codes"]["matched_to_units"] >= box["codes"]["found"] - 1
         span = {"from": "sender/pulsesrc0:capture", "to": "receiver/pulsesink0:device"}

@@ -53,7 +53,7 @@ from latlab.rundir import SIGNAL as SIGNAL_DIR
 from latlab.rundir import SIGNAL_SINK_ELEMENT as SINK_ELEMENT
 from latlab.rundir import SIGNAL_SOURCE_ELEMENT as SOURCE_ELEMENT
 from latlab.signal.errors import SignalError
-from latlab.signal.timecode import decode
+from latlab.signal.timecode import decode, template
 from latlab.signal.wavio import read_wav
 from latlab.stitch.devices import DEVICE_PROBE
 from latlab.stitch.journeys import Journeys
@@ -62,6 +62,9 @@ from latlab.stitch.position import MISSING
 DELIVERY_READS = 10  # reads on each side of a read in its delivery envelope (10 ms reads)
 WAKE_CYCLES = 10  # JACK cycles on each side of a cycle in its callbacks' envelope
 WAKE_WANDER_US = 1000.0  # JACK's cycle estimate is followed only past this wander
+DROPOUT_MIN_S = 0.002  # a stretch of silence this long where a code belongs is a dropout
+DROPOUT_LEVEL = 1e-3  # silence: |sample| below -60 dBFS (codes are sent at -20 dBFS)
+DROPOUT_EDGE_S = 0.005  # a code frame's ends, tapered, are left out of that test
 RIG_SCHEMA = "latlab.jack-signal/1"
 
 
@@ -243,6 +246,9 @@ class CodeDelays:
     record_ns: np.ndarray
     confidence: np.ndarray
     inferred: np.ndarray
+    dropout: np.ndarray
+    """Not found, and the recording is silent where the code belonged: the path played
+    nothing there (a dropout), which no decoder could have read."""
 
     @property
     def found(self) -> np.ndarray:
@@ -291,13 +297,15 @@ def code_delays(signal_dir: Path, sent: SentCodes, inject: RigLog, record: RigLo
         raise BlackBoxError(
             f"{sent.path}: codes at {sent_rate} Hz, but {inject.path} played at {inject.rate} Hz"
         )
-    received = _decoded(signal_dir / RECEIVED_WAV, record, sent_index)
+    sent_position = sent_s * sent_rate
+    received = _decoded(signal_dir / RECEIVED_WAV, record, sent_index, sent_position)
     if inject.recording is None:
-        inject_ns = inject.sample_times(sent_s * sent_rate)
+        inject_ns = inject.sample_times(sent_position)
         return CodeDelays(
-            sent_index, inject_ns, received.at_ns, received.confidence, received.inferred
-        )
-    injected = _decoded(signal_dir / Path(inject.recording).name, inject, sent_index)
+            sent_index, inject_ns, received.at_ns, received.confidence, received.inferred,
+            received.dropout,
+        )  # fmt: skip
+    injected = _decoded(signal_dir / Path(inject.recording).name, inject, sent_index, sent_position)
     missed = np.isnan(injected.position)
     if missed.any() and not missed.all():
         lag = np.nanmedian(injected.position - sent_s * sent_rate)
@@ -306,7 +314,9 @@ def code_delays(signal_dir: Path, sent: SentCodes, inject: RigLog, record: RigLo
         missed, received.confidence, np.minimum(received.confidence, injected.confidence)
     )
     inferred = received.inferred | injected.inferred | (missed & np.isfinite(injected.at_ns))
-    return CodeDelays(sent_index, injected.at_ns, received.at_ns, confidence, inferred)
+    return CodeDelays(
+        sent_index, injected.at_ns, received.at_ns, confidence, inferred, received.dropout
+    )
 
 
 class _Decoded(NamedTuple):
@@ -316,10 +326,14 @@ class _Decoded(NamedTuple):
     confidence: np.ndarray
     inferred: np.ndarray
     position: np.ndarray  # where in the recording, samples
+    dropout: np.ndarray  # not found, and the recording is silent where it belonged
 
 
-def _decoded(path: Path, log: RigLog, sent_index: np.ndarray) -> _Decoded:
-    """The codes found in a recording whose timing is ``log``, by the codes sent."""
+def _decoded(
+    path: Path, log: RigLog, sent_index: np.ndarray, sent_position: np.ndarray
+) -> _Decoded:
+    """The codes found in a recording whose timing is ``log``, by the codes sent (their
+    index and reference sample in the sent file)."""
     try:
         audio = read_wav(path)
     except SignalError as exc:
@@ -340,7 +354,51 @@ def _decoded(path: Path, log: RigLog, sent_index: np.ndarray) -> _Decoded:
     at[slot[ok]] = log.sample_times(position[slot[ok]])
     confidence[slot[ok]] = found.confidence[ok]
     inferred[slot[ok]] = found.inferred[ok]
-    return _Decoded(at, confidence, inferred, position)
+    dropout = _dropouts(audio.samples, audio.rate, position, sent_position)
+    return _Decoded(at, confidence, inferred, position, dropout)
+
+
+def _dropouts(
+    samples: np.ndarray, rate: int, position: np.ndarray, sent_position: np.ndarray
+) -> np.ndarray:
+    """Per code, whether it was not found and the recording holds at least
+    ``DROPOUT_MIN_S`` of silence inside where its frame belonged (its sent place shifted
+    by the median lag of the codes found; the frame's tapered ends left out). Inside, a
+    code frame is a carrier under a raised-cosine envelope that never stays below
+    -60 dBFS for 2 ms, so such a stretch is audio the path never delivered, not a code
+    too damaged to read."""
+    missing = np.isnan(position)
+    dropout = np.zeros(len(position), dtype=bool)
+    if not missing.any() or missing.all() or not len(samples):
+        return dropout
+    quiet = np.abs(samples) < DROPOUT_LEVEL
+    edges = np.diff(np.concatenate(([0], quiet.view(np.int8), [0])))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    long_run = np.zeros(len(samples) + 1, dtype=np.int64)
+    for_runs = ends - starts >= DROPOUT_MIN_S * rate
+    np.add.at(long_run, starts[for_runs], 1)
+    np.add.at(long_run, ends[for_runs], -1)
+    silent = np.concatenate(([0], np.cumsum(np.cumsum(long_run)[:-1])))  # silent samples before
+    tpl = template(rate)
+    edge = round(DROPOUT_EDGE_S * rate)  # a frame's tapered ends are quiet by design
+    first = np.round(sent_position[missing] + np.nanmedian(position - sent_position))
+    first = first.astype(np.int64) - tpl.ref_offset + edge
+    last = first + tpl.length - 2 * edge
+    fits = (first >= 0) & (last <= len(samples))
+    quiet_in = np.zeros(len(first), dtype=np.int64)
+    quiet_in[fits] = silent[last[fits]] - silent[first[fits]]
+    dropout[np.flatnonzero(missing)] = fits & (quiet_in >= DROPOUT_MIN_S * rate)
+    return dropout
+    tpl = template(rate)
+    expected = sent_position[missing] + np.nanmedian(position - sent_position)
+    first = expected - tpl.ref_offset
+    last = first + tpl.length
+    # the first silent run that ends after the frame starts; silent if it starts before its end
+    run = np.searchsorted(ends, first, side="right")
+    inside = run < len(starts)
+    inside[inside] &= starts[run[inside]] < last[inside]
+    dropout[np.flatnonzero(missing)] = inside & (first >= 0) & (last <= len(samples))
+    return dropout
 
 
 @dataclass(frozen=True)
@@ -607,6 +665,7 @@ def black_box_summary(
             "injected": int(counted.sum()),
             "found": int(found.sum()),
             "missing": int(counted.sum() - found.sum()),
+            "dropouts": int((delays.dropout & counted).sum()),
             "inferred": int((delays.inferred & found).sum()),
             "matched_to_units": int(matched.sum()),
         },
@@ -657,5 +716,6 @@ def _codes_table(delays: CodeDelays, probed: np.ndarray, counted: np.ndarray) ->
             "unexplained_ms": (delays.black_box_ns - probed) / 1e6,
             "confidence": delays.confidence,
             "inferred": delays.inferred,
+            "dropout": delays.dropout,
         }
     )

@@ -510,6 +510,11 @@ def black_box_missing(codes: dict[str, int], anchor: str) -> list[Finding]:
             f"({(injected - found) / max(injected, 1):.1%}) were not found in the recording "
             "(lost, or too damaged to decode); the black box has no figure for them"
         )
+        if codes.get("dropouts"):
+            parts[-1] += (
+                f" ({codes['dropouts']} where the recording is silent: the path played "
+                "nothing there)"
+            )
     if unmatched:
         parts.append(
             f"{unmatched} of {found} found codes fell in no complete unit's capture window, "
