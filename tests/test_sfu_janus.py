@@ -11,6 +11,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from latlab import rundir
@@ -153,3 +155,35 @@ def test_janus_cost_per_forwarded_packet(room_run: Path) -> None:
 def run_addr(run_dir: Path, host: str) -> str:
     """A host's address as run.json names it."""
     return json.loads((run_dir / rundir.RUN_FILE).read_text())["hosts"][host]["addr"]
+
+
+@pytest.mark.exclusive
+def test_each_frame_is_followed_through_janus_to_every_subscriber(room_run: Path) -> None:
+    """The publisher's transforms, Janus's host capture and the subscribers' transforms
+    make one journey per frame, per publisher stream and subscriber leg: audio from the
+    frame's capture, video from its encoded frame. An Opus frame is one packet, so the
+    audio journeys' forwarding segment is the capture's dwell of that leg, packet for
+    packet."""
+    summary = json.loads((room_run / rundir.SUMMARY_FILE).read_text())
+    packets = pq.read_table(room_run / rundir.FORWARDING_FILE).to_pydict()
+    through = [s for s in summary["streams"] if "->sfu->" in s["id"]]
+    assert {(s["id"].split("->")[2].split()[0], s["media"]) for s in through} >= {
+        (sub, media) for sub in ("bob", "carol") for media in ("audio", "video")
+    }
+    for stream in through:
+        sub = stream["id"].split("->")[2].split()[0]
+        names = [seg["to"] for seg in stream["segments"]]
+        assert names[-3:] == [f"sfu/egress:{sub}", f"{sub}/received", f"{sub}/receiver-transform"]
+        assert stream["complete_units"] >= 0.95 * stream["units"] > 50
+        forwarding = next(seg for seg in stream["segments"] if seg["kind"] == "forwarding")
+        assert forwarding["from"] == "sfu/ingress"
+        if stream["media"] != "audio":
+            continue
+        assert names[0] == "alice/sender-transform"  # the first segment is from alice/capture
+        addr = run_addr(room_run, {"bob": "sub1", "carol": "sub2"}[sub]) + ":"
+        dwell = [d for to, kind, d in zip(packets["to"], packets["kind"], packets["dwell_ms"],
+                                          strict=True)
+                 if to.startswith(addr) and kind == "audio" and d == d]  # fmt: skip
+        assert len(dwell) >= stream["complete_units"]
+        # the same packets, less the few whose frame was not complete at both ends
+        assert forwarding["p50_ms"] == pytest.approx(float(np.median(dwell)), abs=0.02)

@@ -161,7 +161,8 @@ def _analyze(run_dir: Path, meta: dict[str, Any], unit: float) -> tuple[RunAnaly
     # a run may measure without traces: browsers, a captured host, a counted process
     untraced = bool(browsers or rundir.capture_hosts(run_dir) or meta.get("costs"))
     table = load_run(run_dir, link_logs, allow_no_traces=untraced)
-    streams = analyze(table, unit, meta, browsers, link_logs)
+    forwarding, forwarded = sfu_dwell(run_dir)
+    streams = analyze(table, unit, meta, browsers, link_logs, forwarded)
     summary = build_summary(meta, table, streams)
     resources = summarize_resources(
         run_dir / RESOURCES_FILE,
@@ -175,7 +176,6 @@ def _analyze(run_dir: Path, meta: dict[str, Any], unit: float) -> tuple[RunAnaly
     blackbox, blackbox_codes = _black_box(run_dir, table, streams, meta)
     if blackbox is not None:
         summary["blackbox"] = blackbox
-    forwarding, forwarded = sfu_dwell(run_dir)
     if forwarding:
         summary["forwarding"] = forwarding
     if meta.get("costs"):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from latlab.analysis.browser_adaptation import (
     adaptation,
@@ -23,6 +24,7 @@ from latlab.analysis.browser_adaptation import (
 from latlab.analysis.browser_functions import function_figures
 from latlab.analysis.browser_intervals import interval_figures
 from latlab.analysis.phases import phase_bounds
+from latlab.analysis.sfu_journeys import sfu_journeys
 from latlab.analysis.stats import Samples
 from latlab.ingest.browser_records import BrowserLog
 from latlab.ingest.events import EventTable
@@ -73,13 +75,16 @@ def analyze(
     run: dict | None = None,
     browsers: Sequence[BrowserLog] = (),
     links: Sequence[LinkLog] = (),
+    forwarded: pa.Table | None = None,
 ) -> list[StreamAnalysis]:
     """Stitch journeys and compute the statistics of every stream of a run.
 
     ``run`` (run.json) adds device playout probes where a path ends in an audio device;
     ``browsers`` are the run's browser records: one stream per direction and SSRC, with
     the browser's own stages per stats interval and, against the changes in ``links``'
-    schedules, how the call adapted.
+    schedules, how the call adapted; ``forwarded`` (a captured SFU host's matched packets,
+    :mod:`latlab.analysis.sfu_dwell`) joins the browsers of a room into one journey per
+    publisher stream and subscriber leg through the SFU.
     """
     cadence = in_background(lambda: probe_cadence(table))
     journeys = build_journeys(table, unit_ms)
@@ -102,6 +107,7 @@ def analyze(
         sender, receiver = (name.split("/", 1)[0] for name in (j.probe_names[0], j.probe_names[-1]))
         _add_browser_figures(stream, by_name[sender], by_name[receiver], steps, window)
         streams.append(stream)
+    streams += [analyze_journeys(j, {}) for j in sfu_journeys(list(browsers), forwarded, table)]
     return streams
 
 

@@ -30,6 +30,7 @@ from latlab.ingest.link_log import LinkLog, LinkLogError, read_link_log
 _UNDER_RTP = 14 + 20 + 8
 _CLOCK_RATES = np.array([8000, 16000, 24000, 32000, 48000, 90000])
 INGRESS, EGRESS = 0, 1
+MIN_LAYER_FRAMES = 0.2  # share of the busiest video stream's frames a layer carries
 
 
 class SfuDwellError(LinkLogError):
@@ -126,14 +127,21 @@ def _kinds(streams: list[dict[str, Any]], ingress: Packets) -> np.ndarray:
 
 def _layers(streams: list[dict[str, Any]], ingress: Packets, kinds: np.ndarray) -> np.ndarray:
     """Per ingress video stream: its simulcast layer, 0 the lowest packet rate among the
-    video streams from the same address (-1 where a sender has one video stream)."""
+    video streams from the same address (-1 where a sender has one). A stream with fewer
+    than ``MIN_LAYER_FRAMES`` of the frames (RTP timestamps) of its sender's busiest video
+    stream carries no layer: retransmissions (RTX) and bandwidth probes."""
     layers = np.full(len(streams), -1, dtype=np.int64)
     counts = np.bincount(ingress.stream, minlength=len(streams))
+    frames = np.zeros(len(streams), dtype=np.int64)
+    pairs = np.unique(np.stack([ingress.stream, ingress.ts]), axis=1)
+    np.add.at(frames, pairs[0], 1)
     by_sender: dict[str, list[int]] = {}
     for s, row in enumerate(streams):
         if row["direction"] == INGRESS and kinds[s] == "video":
             by_sender.setdefault(row["addr"], []).append(s)
     for group in by_sender.values():
+        busiest = max(frames[s] for s in group)
+        group = [s for s in group if frames[s] >= MIN_LAYER_FRAMES * busiest]
         if len(group) > 1:
             for rank, s in enumerate(sorted(group, key=lambda s: counts[s])):
                 layers[s] = rank
@@ -224,11 +232,13 @@ def _table(host: str, m: _Matched) -> pa.Table:
         "to": pa.array(addr[egress.stream], pa.string()),
         "ssrc": pa.array(ssrc[egress.stream], pa.uint32()),
         "seq": pa.array(egress.seq, pa.uint16()),
+        "rtp_ts": pa.array(egress.ts, pa.uint32()),
         "egress_ns": pa.array(egress.t_ns, pa.int64()),
         "status": pa.array(status_name[forwarding.status], pa.string()),
         "from": pa.array(addr[source], pa.string()),
         "source_ssrc": pa.array(ssrc[source], pa.uint32()),
         "source_seq": pa.array(np.where(ok, ingress.seq[index], 0), pa.uint16()),
+        "source_rtp_ts": pa.array(np.where(ok, ingress.ts[index], 0), pa.uint32()),
         "kind": pa.array(np.where(source >= 0, kinds[source], ""), pa.string()),
         "layer": pa.array(np.where(source >= 0, layers[source], -1), pa.int8()),
         "ingress_ns": pa.array(np.where(ok, ingress.t_ns[index], 0), pa.int64()),

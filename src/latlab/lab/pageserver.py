@@ -32,8 +32,8 @@ from aiohttp import WSMsgType, web
 WWW = Path(__file__).resolve().parent / "www"
 JANUS_JS = Path("/usr/share/javascript/janus-gateway/janus.js")  # Debian's janus-demos
 ASSETS = {
-    **{name: WWW / name for name in ("index.html", "sfu.html", "page.js", "transform.js",
-                                     "tap-worklet.js")},
+    **{name: WWW / name for name in ("index.html", "sfu.html", "page.js", "frames.js",
+                                     "transform.js", "tap-worklet.js")},
     "janus.js": JANUS_JS,
 }  # fmt: skip
 CLOCK_PING_S = 0.25

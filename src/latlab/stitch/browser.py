@@ -66,11 +66,11 @@ def _direction(
     columns = [sent.capture_ns, sent.t_ns]
     names = [f"{sender}/capture", f"{sender}/sender-transform"]
     kinds = [PROCESSING]  # capture -> encoded frame: audio processing and encoding
-    for name, times in _link_columns(table, ssrc, sent.rtp_ts):
+    for name, times in link_columns(table, ssrc, sent.rtp_ts):
         columns.append(times)
         names.append(name)
         kinds.append(NETWORK)
-    at_receiver = _lookup(got.rtp_ts, sent.rtp_ts)
+    at_receiver = lookup(got.rtp_ts, sent.rtp_ts)
     columns += [take_at(got.receive_ns, at_receiver), take_at(got.t_ns, at_receiver)]
     names += [f"{receiver}/received", f"{receiver}/receiver-transform"]
     kinds += [NETWORK, PROCESSING]
@@ -95,7 +95,7 @@ def _direction(
     )
 
 
-def _lookup(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
+def lookup(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
     """Index of each needle's first occurrence in haystack, -1 if absent."""
     if not len(haystack):
         return np.full(len(needles), -1, np.int64)
@@ -109,7 +109,7 @@ def take_at(values: np.ndarray, idx: np.ndarray) -> np.ndarray:
     return np.where(idx >= 0, values[np.maximum(idx, 0)] if len(values) else MISSING, MISSING)
 
 
-def _link_columns(
+def link_columns(
     table: EventTable | None, ssrc: int, rtp_ts: np.ndarray
 ) -> list[tuple[str, np.ndarray]]:
     """The first packet of each frame entering and leaving the emulated link that carried it."""
@@ -128,7 +128,7 @@ def _link_columns(
         order = np.lexsort((t_ns, ts))  # per RTP timestamp, earliest first
         ts, t_ns = ts[order], t_ns[order]
         first = np.concatenate([[True], ts[1:] != ts[:-1]])
-        idx = _lookup(ts[first], rtp_ts)
+        idx = lookup(ts[first], rtp_ts)
         out.append((probe.name, take_at(t_ns[first], idx)))
     return out
 

@@ -15,6 +15,7 @@ PROCESSING = "processing"
 QUEUE = "queue"
 SINK_WAIT = "sink-wait"
 NETWORK = "network"
+FORWARDING = "forwarding"
 JITTERBUFFER = "jitterbuffer"
 PLAYOUT = "playout"
 OTHER = "other"
@@ -30,6 +31,8 @@ KINDS: dict[str, str] = {
     NETWORK: "the wire and the network stacks: from the send call's return to the receiving "
     "source's push, an emulated link's delay, a frame's first byte waiting for its last, "
     "a browser's pacer (not separable from its send)",
+    FORWARDING: "inside a forwarder (an SFU): from a packet's arrival on its host to the "
+    "forwarded copy leaving it, both seen by one capture on that host",
     JITTERBUFFER: "a receive buffer that holds media to absorb network jitter: "
     "rtpjitterbuffer, SRT's TSBPD receive buffer (to srtsrc's first byte), NetEq",
     PLAYOUT: "a clocked sink at the end of the path waiting to render, and an audio "

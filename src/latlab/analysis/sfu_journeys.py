@@ -1,0 +1,194 @@
+"""Journeys of frames through an SFU: a publisher's transforms, the SFU host's capture,
+a subscriber's transforms.
+
+A browser in a room records every encoded frame at its transforms
+(``www/frames.js``): the publisher's sender transform names a frame by the SSRC and RTP
+timestamp it sends, a subscriber's receiver transform by those of the leg it receives,
+which the SFU rewrote. The SFU host's capture, matched packet by packet
+(:mod:`latlab.analysis.sfu_dwell`), joins the two: each forwarded packet carries its
+egress SSRC and timestamp and those of the ingress packet it came from. So each frame's
+journey, per publisher stream (a simulcast layer) and subscriber leg, is::
+
+    [PUB/capture] -> PUB/sender-transform -> [link] -> HOST/ingress
+      -> HOST/egress:SUB -> [link] -> SUB/received -> SUB/receiver-transform
+
+where ``HOST/ingress`` and ``HOST/egress:SUB`` are the first packet of the frame to
+arrive at the SFU host and the first of it to leave for that subscriber (one kernel
+clock: the ``forwarding`` segment between them has no clock error). A video frame's
+journey starts at the sender transform: Chromium gives its encoded video frames no
+capture time (audio frames have one). A unit is a frame
+the SFU forwarded to that leg: frames of a layer the leg did not get at the time are
+not counted; a forwarded frame that never reached the subscriber's transform is lost
+(between the first and the last frame that did: before the subscriber's page recorded
+and after it stopped, nothing is known).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from latlab.ingest.browser_records import BrowserFrames, BrowserLog
+from latlab.ingest.counters import unwrap
+from latlab.ingest.events import EventTable
+from latlab.stitch.browser import AUDIO_RATE, RTP_WRAP, VIDEO_RATE, link_columns, lookup, take_at
+from latlab.stitch.journeys import Journeys
+from latlab.stitch.kinds import FORWARDING, NETWORK, PROCESSING
+from latlab.stitch.paths import StreamPath
+from latlab.stitch.position import MISSING
+
+BROWSER_CLOCK = "monotonic@localhost"
+
+
+@dataclass(frozen=True)
+class _Leg:
+    """The frames of one publisher stream forwarded on one subscriber leg, per frame (by
+    the publisher's RTP timestamp): first arrival, first departure, egress timestamp."""
+
+    host: str
+    source_ts: np.ndarray
+    ingress_ns: np.ndarray
+    egress_ns: np.ndarray
+    egress_ts: np.ndarray
+    layer: int
+
+
+def sfu_journeys(
+    logs: list[BrowserLog], forwarded: pa.Table | None, table: EventTable | None
+) -> list[Journeys]:
+    """One journey set per (publisher stream, subscriber leg) whose frames both ends'
+    transforms recorded and the SFU host's capture matched."""
+    if forwarded is None or not logs:
+        return []
+    matched = forwarded.filter(pc.equal(forwarded.column("status"), "matched"))
+    if not matched.num_rows:
+        return []
+    senders = _by_ssrc(logs, send=True)
+    receivers = _by_ssrc(logs, send=False)
+    out = []
+    keys = np.unique(_columns(matched, "ssrc", "source_ssrc").T, axis=0)
+    for egress_ssrc, source_ssrc in keys:
+        if egress_ssrc not in receivers or source_ssrc not in senders:
+            continue
+        rows = matched.filter(
+            pc.and_(pc.equal(matched.column("ssrc"), int(egress_ssrc)),
+                    pc.equal(matched.column("source_ssrc"), int(source_ssrc)))
+        )  # fmt: skip
+        for host in set(rows.column("host").to_pylist()):
+            leg = _leg(rows.filter(pc.equal(rows.column("host"), host)), host)
+            journeys = _journeys(senders[source_ssrc], receivers[egress_ssrc], leg, table)
+            if journeys is not None:
+                out.append(journeys)
+    return out
+
+
+def _columns(t: pa.Table, *names: str) -> np.ndarray:
+    return np.stack([t.column(n).to_numpy().astype(np.int64) for n in names])
+
+
+def _by_ssrc(logs: list[BrowserLog], send: bool) -> dict[int, tuple[str, BrowserFrames]]:
+    """Each SSRC a browser sent (or received) with that browser's frames of it."""
+    out = {}
+    for log in logs:
+        frames = log.frames.select(log.frames.send == send)
+        for ssrc in np.unique(frames.ssrc):
+            out[int(ssrc)] = (log.process, frames.select(frames.ssrc == ssrc))
+    return out
+
+
+def _leg(rows: pa.Table, host: str) -> _Leg:
+    """Per source frame (RTP timestamp), its first packet in and first packet out."""
+    source_ts, ingress, egress, egress_ts = _columns(
+        rows, "source_rtp_ts", "ingress_ns", "egress_ns", "rtp_ts"
+    )
+    order = np.lexsort((egress, source_ts))
+    source_ts, ingress, egress, egress_ts = (a[order] for a in (source_ts, ingress, egress,
+                                                                egress_ts))  # fmt: skip
+    first = np.concatenate([[True], source_ts[1:] != source_ts[:-1]])
+    starts = np.flatnonzero(first)
+    layers = rows.column("layer").to_numpy()
+    return _Leg(
+        host=host,
+        source_ts=source_ts[first],
+        ingress_ns=np.minimum.reduceat(ingress, starts),
+        egress_ns=egress[first],
+        egress_ts=egress_ts[first],
+        layer=int(layers[0]) if len(layers) else -1,
+    )
+
+
+def _journeys(
+    sender: tuple[str, BrowserFrames],
+    receiver: tuple[str, BrowserFrames],
+    leg: _Leg,
+    table: EventTable | None,
+) -> Journeys | None:
+    (pub, sent), (sub, got) = sender, receiver
+    order = np.argsort(unwrap(sent.rtp_ts, RTP_WRAP), kind="stable")
+    sent = sent.select(order)
+    rtp = unwrap(sent.rtp_ts, RTP_WRAP)
+    keep = np.concatenate([[True], rtp[1:] != rtp[:-1]])  # one unit per frame
+    sent, rtp = sent.select(keep), rtp[keep]
+    at_sfu = lookup(leg.source_ts, sent.rtp_ts)
+    forwarded = at_sfu >= 0
+    if forwarded.sum() < 2:
+        return None
+    sent, rtp, at_sfu = sent.select(forwarded), rtp[forwarded], at_sfu[forwarded]
+    audio = bool(sent.audio[0])
+    unit_start = (rtp - rtp[0]) * 1_000_000_000 // (AUDIO_RATE if audio else VIDEO_RATE)
+    unit_ns = int(np.median(np.diff(unit_start)))
+    egress_ts = leg.egress_ts[at_sfu]
+    at_sub = lookup(got.rtp_ts, egress_ts)
+    columns, names, kinds = [sent.t_ns], [f"{pub}/sender-transform"], []
+    if (sent.capture_ns != MISSING).any():  # Chromium gives no capture time for video
+        columns.insert(0, sent.capture_ns)
+        names.insert(0, f"{pub}/capture")
+        kinds.append(PROCESSING)
+    for name, times in link_columns(table, int(sent.ssrc[0]), sent.rtp_ts):
+        columns.append(times)
+        names.append(name)
+        kinds.append(NETWORK)
+    columns += [leg.ingress_ns[at_sfu], leg.egress_ns[at_sfu]]
+    names += [f"{leg.host}/ingress", f"{leg.host}/egress:{sub}"]
+    kinds += [NETWORK, FORWARDING]
+    for name, times in link_columns(table, int(got.ssrc[0]), egress_ts):
+        columns.append(times)
+        names.append(name)
+        kinds.append(NETWORK)
+    columns += [take_at(got.receive_ns, at_sub), take_at(got.t_ns, at_sub)]
+    names += [f"{sub}/received", f"{sub}/receiver-transform"]
+    kinds += [NETWORK, PROCESSING]
+    times = np.column_stack(columns).astype(np.int64)
+    times = np.where(times < 0, MISSING, times)
+    # as everywhere: units before the subscriber recorded or still in flight at the end
+    # are left out, every loss in between counts
+    reached = np.flatnonzero(times[:, -1] != MISSING)
+    if not len(reached):
+        return None
+    rows = slice(reached[0], reached[-1] + 1)
+    times, unit_start = times[rows], unit_start[rows]
+    layer = f" layer {leg.layer}" if leg.layer >= 0 else ""
+    return Journeys(
+        stream_id=f"{pub}->{leg.host}->{sub} ssrc={int(sent.ssrc[0]):08x}{layer}",
+        media="audio" if audio else "video",
+        unit_ns=unit_ns,
+        path=StreamPath((), int(sent.ssrc[0])),
+        probe_names=names,
+        segment_kinds=kinds,
+        unit_start=unit_start,
+        times=np.asfortranarray(times),
+        threads=np.full(times.shape, MISSING, np.int32, order="F"),
+        clock_domains=[BROWSER_CLOCK] * len(names),
+        counts=_counts(times),
+        probe_klass=[""] * len(names),
+        unit_is_frame=True,
+    )
+
+
+def _counts(times: np.ndarray) -> dict[str, int]:
+    """Forwarded frames that never reached the subscriber's transform."""
+    return {"lost": int((times[:, -1] == MISSING).sum()), "late": 0, "duplicated": 0,
+            "reordered": 0}  # fmt: skip
