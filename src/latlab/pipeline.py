@@ -19,6 +19,7 @@ from latlab.analysis import store
 from latlab.analysis.blackbox import BlackBoxError, black_box_summary
 from latlab.analysis.cost import process_costs
 from latlab.analysis.element_stats import srt_summary, stats_table
+from latlab.analysis.loads import load_figures
 from latlab.analysis.resources import summarize_resources
 from latlab.analysis.segments import StreamAnalysis, analyze, measured_window
 from latlab.analysis.sfu_dwell import sfu_dwell
@@ -30,6 +31,7 @@ from latlab.ingest.link_log import LinkLog, traffic_summary
 from latlab.rundir import (
     BLACKBOX_FILE,
     ELEMENT_STATS_FILE,
+    ENV_FILE,
     EVENTS_FILE,
     FORWARDING_FILE,
     RESOURCES_FILE,
@@ -170,7 +172,10 @@ def _analyze(run_dir: Path, meta: dict[str, Any], unit: float) -> tuple[RunAnaly
         meta.get("measure_end_monotonic_ns"),
     )
     if resources is not None:
+        resources["system"]["cpus"] = _cpu_count(run_dir)
         summary["resources"] = resources
+    if meta.get("loads"):
+        summary["loads"] = load_figures(meta["loads"])
     if link_logs:
         summary["links"] = [link_summary(log) for log in link_logs]
     blackbox, blackbox_codes = _black_box(run_dir, table, streams, meta)
@@ -191,6 +196,15 @@ def _analyze(run_dir: Path, meta: dict[str, Any], unit: float) -> tuple[RunAnaly
     threads = list(table.threads)
     analysis = RunAnalysis(run_dir, meta, summary, streams, processes, threads, _table=table)
     return analysis, _Outputs(element_stats, blackbox_codes, forwarded)
+
+
+def _cpu_count(run_dir: Path) -> int | None:
+    """How many CPUs the machine that ran it had (env.json), None if unknown."""
+    try:
+        count = json.loads((run_dir / ENV_FILE).read_text(encoding="utf-8")).get("cpu_count")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return count if isinstance(count, int) else None
 
 
 def _egress_by_host(forwarded: pa.Table | None) -> dict[str, Any]:

@@ -85,9 +85,15 @@ def _process_stats(table: dict[str, list[Any]], rows: np.ndarray, t: np.ndarray)
 def _system_stats(table: dict[str, list[Any]], rows: np.ndarray, t: np.ndarray) -> dict:
     intr_mean, intr_max = _rates(_column(table, "interrupts", rows), t)
     ctxt_mean, ctxt_max = _rates(_column(table, "context_switches", rows), t)
-    return {
+    out = {
         "interrupts_per_s": round(intr_mean, 1),
         "interrupts_per_s_max": round(intr_max, 1),
         "context_switches_per_s": round(ctxt_mean, 1),
         "context_switches_per_s_max": round(ctxt_max, 1),
     }
+    busy = _column(table, "user_s", rows) + _column(table, "system_s", rows)
+    if np.isfinite(busy).all():  # files before the machine's CPU time was sampled have none
+        busy_mean, busy_max = _rates(busy, t)
+        out["cpu_busy_pct_mean"] = round(busy_mean * 100, 2)
+        out["cpu_busy_pct_max"] = round(busy_max * 100, 2)
+    return out

@@ -67,6 +67,9 @@ def host_dwell(run_dir: Path, host: str) -> tuple[dict[str, Any], pa.Table]:
         "forwarded": len(egress),
         **forwarding.counts(),
         "match_rate": _rate(forwarding, len(egress)),
+        "received": len(ingress),
+        **_packet_rates(ingress, egress),
+        "not_forwarded": _not_forwarded(forwarding, ingress, egress),
         "dwell": describe(forwarding.dwell_ns[forwarding.status == MATCHED]),
         "by_kind": _by(forwarding, ingress, kinds),
         "legs": _legs(matched),
@@ -151,6 +154,44 @@ def _layers(streams: list[dict[str, Any]], ingress: Packets, kinds: np.ndarray) 
 def _rate(forwarding: Forwarding, n: int) -> float | None:
     matched = int((forwarding.status == MATCHED).sum())
     return round(matched / n, 6) if n else None
+
+
+def _packet_rates(ingress: Packets, egress: Packets) -> dict[str, float | None]:
+    """RTP packets per second in and out, over the span the capture saw packets."""
+    times = np.concatenate([ingress.t_ns, egress.t_ns])
+    span_s = (times.max() - times.min()) / 1e9 if len(times) > 1 else 0.0
+    if span_s <= 0:
+        return {"received_per_s": None, "forwarded_per_s": None}
+    return {"received_per_s": round(len(ingress) / span_s, 1),
+            "forwarded_per_s": round(len(egress) / span_s, 1)}  # fmt: skip
+
+
+def _not_forwarded(forwarding: Forwarding, ingress: Packets, egress: Packets) -> dict[str, Any]:
+    """Packets the SFU received of a stream it was forwarding on a leg but did not send on
+    that leg: per (leg, source stream), every ingress packet of the source from the
+    first to the last one the leg carried is expected on it once. A leg that switched
+    away from a source and back expects the packets in between too: with simulcast
+    switching this over-counts; with one stream per source it is exact."""
+    ok = forwarding.status == MATCHED
+    if not ok.any():
+        return {"expected": 0, "forwarded": 0, "rate": None}
+    source = forwarding.ingress_index[ok]
+    pair = np.stack([egress.stream[ok], ingress.stream[source]])
+    # each ingress packet's place among its stream's packets (ingress is in time order)
+    order = np.argsort(ingress.stream, kind="stable")
+    place = np.empty(len(ingress), dtype=np.int64)
+    starts = np.searchsorted(ingress.stream[order], ingress.stream[order], side="left")
+    place[order] = np.arange(len(ingress)) - starts
+    uniq, group = np.unique(pair, axis=1, return_inverse=True)
+    group = group.ravel()
+    first = np.full(uniq.shape[1], np.iinfo(np.int64).max)
+    last = np.full(uniq.shape[1], -1)
+    np.minimum.at(first, group, place[source])
+    np.maximum.at(last, group, place[source])
+    carried = np.unique(np.stack([group, source]), axis=1).shape[1]
+    expected = int((last - first + 1).sum())
+    return {"expected": expected, "forwarded": carried,
+            "rate": round(1.0 - carried / expected, 6) if expected else None}  # fmt: skip
 
 
 def _by(forwarding: Forwarding, ingress: Packets, kinds: np.ndarray) -> dict[str, Any]:

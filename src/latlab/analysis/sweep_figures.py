@@ -10,6 +10,7 @@ from typing import Any
 from latlab.analysis.residual import residual_figures
 
 FIGURES = ("p50_ms", "p99_ms", "mean_ms")
+DWELL_FIGURES = ("p50_ms", "p99_ms", "max_ms", "mean_ms")
 
 
 def point_figures(
@@ -38,7 +39,40 @@ def point_figures(
         out["srt"] = summary["srt"]
     if summary.get("blackbox"):
         out["blackbox"] = _black_box_figures(summary["blackbox"])
+    if summary.get("forwarding"):
+        out["forwarding"] = {host: _forwarding_figures(box)
+                             for host, box in summary["forwarding"].items()}  # fmt: skip
+    if summary.get("costs"):
+        out["costs"] = {name: _cost_figures(cost) for name, cost in summary["costs"].items()}
+    if summary.get("loads"):
+        out["loads"] = summary["loads"]
     return out
+
+
+def _forwarding_figures(box: Mapping[str, Any]) -> dict[str, Any]:
+    """A captured SFU host under a point's load: packets in and out per second, how many
+    were matched and not forwarded, the dwell (all legs; per media kind)."""
+    if box.get("error"):
+        return {"error": box["error"]}
+    keys = ("received", "forwarded", "matched", "match_rate", "received_per_s",
+            "forwarded_per_s", "not_forwarded")  # fmt: skip
+    return {
+        **{key: box.get(key) for key in keys},
+        "dwell": _pick(box["dwell"], DWELL_FIGURES),
+        "by_kind": {kind: _pick(d, DWELL_FIGURES) for kind, d in box.get("by_kind", {}).items()},
+        "kernel_drops": (box.get("capture") or {}).get("kernel_drops"),
+    }
+
+
+def _cost_figures(cost: Mapping[str, Any]) -> dict[str, Any]:
+    """A counted process's cost per forwarded packet (idle baseline off) and CPU load."""
+    return {
+        "host": cost.get("host"),
+        "per_packet": cost.get("per_packet"),
+        "forwarded_per_s": cost.get("forwarded_per_s"),
+        "cpu_percent": (cost.get("load") or {}).get("cpu_percent"),
+        "idle_cpu_percent": (cost.get("idle") or {}).get("cpu_percent"),
+    }
 
 
 def _black_box_figures(box: Mapping[str, Any]) -> dict[str, Any]:
@@ -69,9 +103,9 @@ def _stream_figures(stream: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _pick(stats: Mapping[str, Any]) -> dict[str, float | None]:
+def _pick(stats: Mapping[str, Any], keys: tuple[str, ...] = FIGURES) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
-    for key in FIGURES:
+    for key in keys:
         value = stats.get(key)
         finite = isinstance(value, int | float) and math.isfinite(value)
         out[key] = round(float(value), 6) if finite else None

@@ -74,16 +74,33 @@ def read_process(pid: int) -> ProcessSample | None:
     )
 
 
-def read_system() -> tuple[int, int]:
-    """Total interrupts and context switches since boot (/proc/stat ``intr``, ``ctxt``)."""
+@dataclass
+class SystemSample:
+    """Machine-wide counters since boot (/proc/stat): every CPU's busy time, split as a
+    process's is (user: user and nice; system: system, irq, softirq and steal),
+    interrupts and context switches."""
+
+    user_s: float
+    system_s: float
+    interrupts: int
+    context_switches: int
+
+
+def read_system() -> SystemSample:
+    """The machine's counters since boot (/proc/stat ``cpu``, ``intr``, ``ctxt``)."""
+    user = system = 0.0
     intr = ctxt = 0
     with open("/proc/stat", encoding="ascii") as f:
         for line in f:
-            if line.startswith("intr "):
+            if line.startswith("cpu "):
+                ticks = [int(v) for v in line.split()[1:9]]
+                user = (ticks[0] + ticks[1]) / CLK_TCK
+                system = (ticks[2] + ticks[5] + ticks[6] + ticks[7]) / CLK_TCK
+            elif line.startswith("intr "):
                 intr = int(line.split(maxsplit=2)[1])
             elif line.startswith("ctxt "):
                 ctxt = int(line.split()[1])
-    return intr, ctxt
+    return SystemSample(user, system, intr, ctxt)
 
 
 def _tasks(pid: int) -> list[str]:
@@ -138,25 +155,29 @@ class ResourceSampler:
         with self._lock:
             processes = list(self._processes)
         now = time.monotonic_ns()
-        intr, ctxt = read_system()
-        self._append(now, SYSTEM, 0, None, intr, ctxt)
+        machine = read_system()
+        self._append(now, SYSTEM, 0, machine, machine.interrupts, machine.context_switches)
         for name, pid in processes:
             sample = read_process(pid)
             if sample is not None:
                 self._append(now, name, pid, sample, None, None)
 
     def _append(
-        self, t_ns: int, name: str, pid: int, s: ProcessSample | None, intr: Any, ctxt: Any
+        self,
+        t_ns: int,
+        name: str,
+        pid: int,
+        s: ProcessSample | SystemSample | None,
+        intr: Any,
+        ctxt: Any,
     ) -> None:
-        values = (
-            (t_ns, name, pid)
-            + (
-                (s.user_s, s.system_s, s.voluntary_ctxt, s.involuntary_ctxt, s.threads)
-                if s
-                else (None,) * 5
-            )
-            + (intr, ctxt)
-        )
+        if isinstance(s, ProcessSample):
+            counters = (s.user_s, s.system_s, s.voluntary_ctxt, s.involuntary_ctxt, s.threads)
+        elif isinstance(s, SystemSample):
+            counters = (s.user_s, s.system_s, None, None, None)
+        else:
+            counters = (None,) * 5
+        values = (t_ns, name, pid, *counters, intr, ctxt)
         for column, value in zip(SCHEMA.names, values, strict=True):
             self._rows[column].append(value)
 

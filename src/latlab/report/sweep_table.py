@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.text import Text
 
 from latlab.report.fit import FitTable, emit
+from latlab.report.sfu_load import knee_line, sfu_load_table
 from latlab.stitch.kinds import ordered
 
 LABELS = {"jitterbuffer": "jitter\nbuffer", "sink-wait": "sink\nwait"}
@@ -183,6 +184,10 @@ def render_sweep(sweep: dict[str, Any], console: Console, *, wide: bool = False)
         emit(console, phase_comparison_table(sweep), wide=wide)
     if any(point.get("blackbox") for point in sweep.get("points", [])):
         emit(console, black_box_comparison_table(sweep), wide=wide)
+    sfu = sfu_load_table(sweep)
+    if sfu is not None:
+        emit(console, sfu, wide=wide)
+        console.print(knee_line(sweep), highlight=False, markup=False, soft_wrap=True)
     for point in sweep.get("points", []):
         if point["status"] != "ok":
             error = point.get("error") or ""

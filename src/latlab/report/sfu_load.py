@@ -1,0 +1,79 @@
+"""A load sweep through an SFU as a table (one row per point, in order of packets sent per
+second) and the knee of its curve (:mod:`latlab.analysis.sfu_load`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from rich import box
+
+from latlab.analysis.sfu_load import knee, load_rows
+from latlab.report.fit import FitTable
+
+PER_PACKET = (("cpu_us", "CPU µs\n/pkt", 1), ("context_switches", "cs\n/pkt", 2),
+              ("syscalls", "sys-\ncalls\n/pkt", 2))  # fmt: skip
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.2f}"
+
+
+def sfu_load_table(sweep: Mapping[str, Any]) -> FitTable | None:
+    """The SFU's cost, dwell and drops per point (None if no point captured an SFU)."""
+    rows = load_rows(sweep.get("points", []))
+    if not rows:
+        return None
+    names = list(sweep.get("sweep", {}).get("variables", {}))
+    table = FitTable(title=f"SFU under load  ·  sweep {sweep.get('name', '')}",
+                     title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
+                     pad_edge=False, padding=(0, 1, 0, 0), show_edge=False)  # fmt: skip
+    headers = [*names, "pkt/s\nin", "pkt/s\nout", "not\nfwd %", "dwell\np50", "dwell\np99",
+               *(label for _, label, _ in PER_PACKET), "SFU\nCPU %", "load\nCPU %",
+               "machine\nbusy %"]  # fmt: skip
+    drops = [None] * (len(names) + 5) + [None, 2, 2, 1, 1, 1]
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="right", fold=i < len(names), drop=drops[i])
+    for row in rows:
+        table.add_row(*_cells(row, names))
+    table.caption = (
+        "pkt/s: RTP packets into and out of the SFU host (its capture); not fwd: packets "
+        "received for a leg and not sent on it; dwell: ms inside the host; per packet: the "
+        "counted SFU's cost per forwarded packet, idle baseline off; CPU: % of one core "
+        "(load: the light participants); machine: all CPUs"
+    )
+    table.caption_justify = "left"
+    return table
+
+
+def _cells(row: Mapping[str, Any], names: list[str]) -> list[str]:
+    values = [str(row["values"].get(n, "")) for n in names]
+    per = [c.get("per_packet") or {} for c in row["costs"].values()]
+    cost = per[0] if len(per) == 1 else {}
+    return [
+        *values,
+        _num(row["received_per_s"], 0), _num(row["forwarded_per_s"], 0),
+        _pct(row["not_forwarded"]), _num(row["dwell"].get("p50_ms"), 3),
+        _num(row["dwell"].get("p99_ms"), 3),
+        *(_num(cost.get(key), digits) for key, _, digits in PER_PACKET),
+        _num(row["sfu_cpu_pct"]), _num(row["load_cpu_pct"]), _num(row["machine_busy_pct"]),
+    ]  # fmt: skip
+
+
+def knee_line(sweep: Mapping[str, Any]) -> str | None:
+    """One sentence on where the SFU stopped keeping up (None without SFU points)."""
+    found = knee(load_rows(sweep.get("points", [])))
+    if found is None:
+        return None
+    if not found["found"]:
+        return (f"knee: none up to {found['below_per_s']:.0f} packets/s forwarded "
+                f"(point {found['below_point']}): every point kept up")  # fmt: skip
+    below = (f"between {found['below_per_s']:.0f} (point {found['below_point']}) and "
+             if found["below_point"] else "at or below ")  # fmt: skip
+    return (f"knee: {below}{found['at_per_s']:.0f} packets/s forwarded (point "
+            f"{found['at_point']}: {', '.join(found['why'])}); limited by "
+            f"{found['limited_by']}")  # fmt: skip
