@@ -26,6 +26,13 @@ APT_PACKAGES_NO_RECOMMENDS=(
 
 MIN_RUST=1.71.1  # gstreamer-rs 0.23's minimum; latlab is built and tested with 1.95
 
+# [sfus.NAME] server = "livekit": LiveKit server from the Go module proxy, the newest 1.9.x
+# (1.13 needs a forked module the proxy refuses), and its browser SDK from npm (the
+# versions: scripts/livekit-client/package.json and its lock), both into build/livekit/.
+LIVEKIT_SERVER_VERSION=v1.9.12
+LIVEKIT_DIR=build/livekit
+MIN_GO=1.24  # livekit-server 1.9.12's go.mod
+
 log() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
 
 missing_packages() {
@@ -80,6 +87,53 @@ build_rust() {
     cargo build --release --quiet
 }
 
+# livekit-server, built once per version (``go install`` takes the module's own go.sum):
+# 3 min 24 s the first time here (2 cores, an empty module cache: the modules from the
+# proxy, then the compile; 4.5 s again from Go's caches), nothing once it is there.
+build_livekit_server() {
+    local binary="$LIVEKIT_DIR/livekit-server" version
+    if [ -x "$binary" ] && [ "$("$binary" --version 2>/dev/null)" = \
+        "livekit-server version ${LIVEKIT_SERVER_VERSION#v}" ]; then
+        return
+    fi
+    if ! command -v go >/dev/null; then
+        echo "setup: LiveKit server not built: needs Go >= $MIN_GO (https://go.dev/dl)" >&2
+        return
+    fi
+    version=$(go env GOVERSION | sed 's/^go//')
+    if [ "$(printf '%s\n' "$MIN_GO" "$version" | sort -V | head -n 1)" != "$MIN_GO" ]; then
+        echo "setup: LiveKit server not built: Go $version is older than $MIN_GO" >&2
+        return
+    fi
+    log "building LiveKit server $LIVEKIT_SERVER_VERSION from the Go module proxy into" \
+        "$binary (about 3.5 minutes the first time)"
+    mkdir -p "$LIVEKIT_DIR"
+    GOBIN="$PWD/$LIVEKIT_DIR" go install \
+        "github.com/livekit/livekit-server/cmd/server@$LIVEKIT_SERVER_VERSION"
+    mv "$LIVEKIT_DIR/server" "$binary"
+}
+
+# livekit-client and everything it imports, bundled by esbuild into one script that latlab's
+# page server serves beside janus.js (nothing from a CDN): 3.3 s here with an empty npm
+# cache, again only when the lock changed.
+bundle_livekit_client() {
+    local js="$LIVEKIT_DIR/js" lock=scripts/livekit-client/package-lock.json
+    if [ -f "$LIVEKIT_DIR/livekit-client.js" ] && cmp -s "$lock" "$js/package-lock.json"; then
+        return
+    fi
+    if ! command -v npm >/dev/null; then
+        echo "setup: livekit-client not bundled: needs npm (Debian: npm)" >&2
+        return
+    fi
+    log "bundling livekit-client (npm, esbuild) into $LIVEKIT_DIR/livekit-client.js"
+    mkdir -p "$js"
+    cp scripts/livekit-client/package.json "$lock" "$js/"
+    (cd "$js" && npm ci --quiet --no-audit --no-fund --ignore-scripts)
+    "$js/node_modules/.bin/esbuild" "$js/node_modules/livekit-client/dist/livekit-client.esm.mjs" \
+        --bundle --format=iife --global-name=LivekitClient --target=chrome120 \
+        --legal-comments=eof --log-level=warning --outfile="$LIVEKIT_DIR/livekit-client.js"
+}
+
 python_environment() {
     if [ ! -x .venv/bin/python ]; then
         log "creating the Python environment (.venv)"
@@ -97,4 +151,6 @@ install_debian_packages
 find_cargo
 build_rust
 python_environment
+build_livekit_server
+bundle_livekit_client
 log "ready: ./latlab --help"

@@ -39,6 +39,7 @@ CAPTURES = "captures"  # captures/HOST.lllink and HOST.json: a host's packets (c
 COSTS = "costs"  # costs/PROCESS.csv: perf's counts of a process with cost = true
 SFUS = "sfus"  # sfus/NAME/: an SFU's configuration (written by latlab) and its log
 SFU_LOG = "janus.log"  # in sfus/NAME/: Janus's log
+LIVEKIT_CONFIG = "livekit.yaml"  # in sfus/NAME/: LiveKit's configuration (its log: stderr)
 BROWSERS = "browsers"
 SIGNAL = "signal"
 # In signal/ (a [signal] table, the black box): what was played and what was recorded,

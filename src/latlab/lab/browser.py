@@ -50,7 +50,7 @@ from latlab.lab.netns import Lab, LabError, delete_namespace, ip, namespace_name
 from latlab.lab.process import STOP_STEPS as PIPELINE_STOP_STEPS
 from latlab.lab.process import ChildProcess
 from latlab.lab.scenario import Call, Process, Room, Scenario
-from latlab.lab.sfu import ROOM
+from latlab.lab.sfu import SfuServer
 from latlab.lab.signals import signals_deferred
 from latlab.rundir import BROWSER_RECORDS_SUFFIX, BROWSERS, DEVTOOLS_SUFFIX, LOGS, PAGESERVER_LOG
 
@@ -297,6 +297,8 @@ class BrowserLab:
         self.version: str | None = None
         self.captures: dict[str, Path] = {}  # browser -> the file it captures instead
         self.recorders: set[str] = set()  # browsers that record their remote audio
+        self.sfus: dict[str, SfuServer] = {}  # the running SFUs rooms meet through
+        self.room_urls: dict[str, str] = {}  # a room member's page (its token, once made)
 
     def use_signal(self, captures: dict[str, Path], recorders: set[str]) -> None:
         """The black box's browser ends (``[signal]``): who captures the signal file, who
@@ -431,41 +433,29 @@ class BrowserLab:
                 return pair if host == link.a else (pair[1], pair[0])
         raise BrowserError(f"process '{who}': no link from host '{host}' to '{other}'")
 
-    def sfu_url(self, proc: Process) -> str:
-        """The Janus API of ``proc``'s room: the SFU's first lab address (where its API
-        listens), reached over the member's own link (:meth:`route_to_sfus`)."""
-        room = self.scenario.room_of(proc.name)
-        assert room is not None
-        sfu = self.scenario.sfu(room.sfu)
-        return f"http://{self.lab.host_addrs(sfu.host)[0]}:{sfu.http_port}/janus"
-
-    def route_to_sfus(self) -> None:
-        """A route from each room member's host to its SFU's API address, through the
-        link joining them (the SFU host answers for all its addresses)."""
+    def route_to_sfus(self, sfus: Mapping[str, SfuServer]) -> None:
+        """Rooms meet through the running ``sfus`` (name -> server): a route from each
+        room member's host to its SFU's address (its API and, for LiveKit, its media),
+        through the link joining them (the SFU host answers for all its addresses)."""
+        self.sfus = dict(sfus)
         for room in self.scenario.rooms:
             sfu_host = self.scenario.sfu(room.sfu).host
-            api = self.lab.host_addrs(sfu_host)[0]
+            api = self.sfus[room.sfu].addr
             for host in dict.fromkeys(self.scenario.process(m).host for m in room.members):
                 _, via = self._addrs_towards(host, sfu_host, host)
                 if via != api:
                     ip("-n", self.lab.namespace(host), "route", "replace", f"{api}/32", "via", via)
 
-    def feed_id(self, name: str) -> int:
-        """A publisher's feed id in its room: 1000 + its index among the processes."""
-        return 1000 + [p.name for p in self.scenario.processes].index(name)
-
     def room_url(self, proc: Process) -> str:
-        """The SFU participant page for ``proc``: its role, the room, the feeds."""
-        room = self.scenario.room_of(proc.name)
-        assert room is not None
-        query = {"id": proc.name, "janus": self.sfu_url(proc), "room": str(ROOM),
-                 "simulcast": "1" if room.simulcast else "0"}  # fmt: skip
-        if proc.name in room.publishers:
-            query.update(role="publisher", feed=str(self.feed_id(proc.name)))
-        else:
-            feeds = ",".join(str(self.feed_id(p)) for p in room.publishers)
-            query.update(role="subscriber", feeds=feeds)
-        return f"{self.server_url(proc.host)}/sfu.html?{urlencode(query)}"
+        """The SFU participant page for ``proc``, as its room's server has it join
+        (:meth:`SfuServer.join`), with three simulcast layers or one."""
+        if proc.name not in self.room_urls:
+            room = self.scenario.room_of(proc.name)
+            assert room is not None
+            page, query = self.sfus[room.sfu].join(room, proc.name)
+            query = {"id": proc.name, **query, "simulcast": "1" if room.simulcast else "0"}
+            self.room_urls[proc.name] = f"{self.server_url(proc.host)}/{page}?{urlencode(query)}"
+        return self.room_urls[proc.name]
 
     def page_url(self, proc: Process) -> str:
         """The page URL for ``proc``: its name, its peer, its role, what to signal."""

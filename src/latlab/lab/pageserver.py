@@ -29,12 +29,16 @@ from typing import IO, Any
 
 from aiohttp import WSMsgType, web
 
+from latlab.lab.sfu.livekit import CLIENT_BUNDLE
+
 WWW = Path(__file__).resolve().parent / "www"
 JANUS_JS = Path("/usr/share/javascript/janus-gateway/janus.js")  # Debian's janus-demos
 ASSETS = {
-    **{name: WWW / name for name in ("index.html", "sfu.html", "page.js", "frames.js",
-                                     "transform.js", "tap-worklet.js")},
+    **{name: WWW / name for name in ("index.html", "sfu.html", "livekit.html", "page.js",
+                                     "room.js", "frames.js", "transform.js",
+                                     "tap-worklet.js")},
     "janus.js": JANUS_JS,
+    "livekit-client.js": CLIENT_BUNDLE,  # bundled by scripts/setup.sh
 }  # fmt: skip
 CLOCK_PING_S = 0.25
 # Cross-origin isolation gives the page performance.now() at 5 us instead of 100 us.

@@ -48,7 +48,7 @@ from latlab.lab.sched import (
     thread_policies,
     wait_threads_settled,
 )
-from latlab.lab.sfu import JanusServer, SfuError
+from latlab.lab.sfu import SfuError, SfuServer, sfu_server
 from latlab.lab.signal_rig import SignalRigError, SignalRigRun
 from latlab.lab.signals import Terminated, signals_deferred, sigterm_raises
 from latlab.rundir import RESOURCES_FILE
@@ -171,7 +171,7 @@ class _Run:
         self.sched: dict[str, dict[str, Any]] = {}
         self.browsers: BrowserLab | None = None
         self.costs: dict[str, dict[str, Any]] = {}
-        self.sfus: list[JanusServer] = []
+        self.sfus: list[SfuServer] = []
         self.signal = (
             SignalRigRun(scenario, scenario.signal, out_dir, self.exited)
             if scenario.signal
@@ -287,9 +287,9 @@ class _Run:
             if spec.cost:
                 path = rundir.cost_file(self.out_dir, spec.name)
                 wrap = partial(cost.counted_argv, csv_path=path)
-            server = JanusServer(spec.name, self.lab.namespace(spec.host),
-                                 self.lab.host_addrs(spec.host), spec.http_port,
-                                 self.out_dir, self.exited, wrap)  # fmt: skip
+            server = sfu_server(spec, self.lab.namespace(spec.host),
+                                self.lab.host_addrs(spec.host), self.out_dir, self.exited,
+                                wrap)  # fmt: skip
             self.sfus.append(server)
             try:
                 server.start(os.environ)
@@ -298,7 +298,7 @@ class _Run:
             if spec.cost:
                 self._idle_baseline(spec, server.child)
         if self.scenario.rooms and self.browsers is not None:
-            self.browsers.route_to_sfus()
+            self.browsers.route_to_sfus({server.name: server for server in self.sfus})
 
     def _check_sfus(self) -> None:
         for server in self.sfus:

@@ -37,6 +37,7 @@ from latlab.lab.scenario.objects import (
     BACKEND_EMULATOR,
     CALL_TIMEOUT_S,
     COST_IDLE_S,
+    SFU_HTTP_PORTS,
     WEBRTC_AUDIO_CAPS,
     WEBRTC_JITTERBUFFER_MS,
     Analysis,
@@ -88,7 +89,7 @@ JitterDist = Literal["uniform", "normal", "pareto"]
 LossModel = Literal["bernoulli", "gilbert-elliott"]
 Direction = Literal["forward", "reverse", "both"]
 DeviceServer = Literal["jack", "pulse"]
-SfuServer = Literal["janus"]
+SfuServer = Literal["janus", "livekit"]
 Browser = Literal["chromium"]
 WebrtcPeer = Literal["gstreamer"]
 WEBRTC_JITTERBUFFER_MAX_MS = 1_000_000  # webrtcbin takes any; beyond 1000 s is a typo
@@ -291,19 +292,21 @@ class DeviceTable(Table):
 
 
 class SfuTable(Table):
-    """A ``[sfus.NAME]`` table: an SFU ``server`` (Janus's videoroom) on ``host``, at most
-    one per host, its HTTP API on ``http_port``; ``cost = true`` counts its CPU time,
-    context switches and syscalls (perf) idle for ``cost_idle_s``, then under load."""
+    """A ``[sfus.NAME]`` table: an SFU ``server`` (Janus's videoroom, LiveKit) on ``host``,
+    at most one per host, its HTTP API (LiveKit: its signalling) on ``http_port`` (by
+    default the server's usual port); ``cost = true`` counts its CPU time, context
+    switches and syscalls (perf) idle for ``cost_idle_s``, then under load."""
 
     host: Text
     server: Annotated[SfuServer, named(SfuServer, "server")]
-    http_port: Annotated[int, integer(1024, 65535)] = 8088
+    http_port: Annotated[int, integer(1024, 65535)] | None = None
     cost: Annotated[bool, BOOLEAN] = False
     cost_idle_s: Annotated[float, within(0.5, 60.0)] = COST_IDLE_S
 
     def build(self, name: str) -> Sfu:
         """The lab's SFU."""
-        return Sfu(name=name, **dict(self))
+        port = self.http_port or SFU_HTTP_PORTS[self.server]
+        return Sfu(name=name, **{**dict(self), "http_port": port})
 
 
 class AnalysisTable(Table):
