@@ -87,6 +87,10 @@ FIXTURE_RECORDS = [
     (0x99, NONE, NONE, NONE, NONE, NONE, 2, 1, 0, 0, 0, 0, 0, 0, Kind.EOS, 0, 0, 0),
     (7, 0x1_0000_0001, NONE, NONE, 5, 354, 4, 2, 376, 0, 0x41, 0, 0, 0xE0, Kind.PES,
      EventFlag.IN_LIST | EventFlag.RANDOM_ACCESS, 0, 3),
+    # fwd: source SSRC | timestamp << 32 in dts, kernel and recv times in offset and
+    # offset_end, source seq in list_index
+    (0x0A0B, NONE, 0xDEADBEEF_56D407AD, NONE, 0x800, 0x900, 8, 2, 1100, 0, 0x01020304,
+     3000, 0x8001, 96, Kind.FWD, EventFlag.RTP | EventFlag.MARKER, 0, 0xFFFE),
 ]  # fmt: skip
 
 
@@ -150,7 +154,7 @@ def test_every_chunk_and_record_kind_from_the_shared_crate(tmp_path: Path) -> No
     assert stats.fields == {"rendered": 3, "name": "x"}
     assert [tuple(int(v) for v in r) for r in trace.events] == FIXTURE_RECORDS
     assert trace.dropped == 66
-    assert end_counts(path) == (4, 66)
+    assert end_counts(path) == (5, 66)
 
 
 # --- the tracer -------------------------------------------------------------------------

@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use crate::chunk::{self, ClockDesc, PadDesc, SegmentDesc};
-use crate::record::{flags, kind, Record, NONE};
+use crate::record::{flags, kind, FwdSource, Record, RtpHeader, NONE};
 
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
@@ -44,6 +44,10 @@ pub const EVENTS_HEX: &str = concat!(
     "ffffffffffffffffffffffffffffffff020000000100000000000000000000000000000000000000",
     "0000000200000000",
 );
+pub const FWD_HEX: &str = concat!(
+    "0b0a000000000000ffffffffffffffffad07d456efbeaddeffffffffffffffff0008000000000000",
+    "000900000000000008000000020000004c0400000000000004030201b80b0000018060040300feff",
+);
 pub const CAPS_HEX: &str = concat!(
     "050000002a0000000200000089674523010000001c00617564696f2f782d7261772c20726174653d",
     "28696e74293438303030",
@@ -65,7 +69,7 @@ pub const SEGMENT_HEX: &str = concat!(
 );
 pub const LATENCY_HEX: &str = "0b00000014000000050000000600000000000000002d310100000000";
 
-/// The `push`, `done`, `eos` and `pes` records of the vectors, with their bytes.
+/// The `push`, `done`, `eos`, `pes` and `fwd` records of the vectors, with their bytes.
 pub fn record_fixtures() -> Vec<(&'static str, Record, &'static str)> {
     let push = Record {
         t_ns: 0x0102030405060708,
@@ -113,11 +117,27 @@ pub fn record_fixtures() -> Vec<(&'static str, Record, &'static str)> {
         flags: flags::IN_LIST | flags::RANDOM_ACCESS,
         list_index: 3,
     };
+    let out = RtpHeader {
+        ssrc: 0x01020304,
+        timestamp: 3000,
+        seq: 0x8001,
+        payload_type: 96,
+        marker: true,
+    };
+    let src = FwdSource {
+        recv_ns: 0x0900,
+        kernel_ns: 0x0800,
+        ssrc: 0x56d407ad,
+        timestamp: 0xdeadbeef,
+        seq: 0xfffe,
+    };
+    let fwd = Record::fwd(0x0a0b, 8, 2, 1100, &out, &src);
     vec![
         ("push", push, PUSH_HEX),
         ("done", done, DONE_HEX),
         ("eos", eos, EOS_HEX),
         ("pes", pes, PES_HEX),
+        ("fwd", fwd, FWD_HEX),
     ]
 }
 

@@ -16,6 +16,8 @@ pub mod kind {
     pub const EOS: u8 = 2;
     /// A PES starts in the buffer of the preceding `push` (MPEG-TS).
     pub const PES: u8 = 3;
+    /// An SFU forwarded a packet on one subscriber leg (`docs/trace-format.md`, kind 4).
+    pub const FWD: u8 = 4;
 }
 
 /// Event flag bits (byte 76).
@@ -56,6 +58,18 @@ impl RtpHeader {
             marker: packet[1] & 0x80 != 0,
         })
     }
+}
+
+/// The source packet of a forwarded one (a `fwd` record), as the SFU received it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FwdSource {
+    /// When the receive call that delivered it returned (CLOCK_MONOTONIC ns).
+    pub recv_ns: u64,
+    /// The kernel's receive time (CLOCK_MONOTONIC ns), [`NONE`] if not stamped.
+    pub kernel_ns: u64,
+    pub ssrc: u32,
+    pub timestamp: u32,
+    pub seq: u16,
 }
 
 /// One event, as stored in the per-thread rings and written to the file.
@@ -99,6 +113,42 @@ impl Record {
             thread_idx,
             kind,
             ..Record::default()
+        }
+    }
+
+    /// A `fwd` record: the packet `out` (its header as sent) left on the leg of `pad_id`
+    /// when the send call returned at `t_ns`, `size` bytes; it came from `src`.
+    /// The source's keys and times sit in fields a `fwd` record does not otherwise use:
+    /// `offset` the kernel's receive time, `offset_end` the receive call's return, `dts`
+    /// its SSRC (low 32 bits) and RTP timestamp (high 32 bits), `list_index` its
+    /// sequence number.
+    #[inline]
+    pub fn fwd(
+        t_ns: u64,
+        pad_id: u32,
+        thread_idx: u32,
+        size: u32,
+        out: &RtpHeader,
+        src: &FwdSource,
+    ) -> Self {
+        let mut r = Record::empty(t_ns, pad_id, thread_idx, kind::FWD);
+        r.size = size;
+        r.offset = src.kernel_ns;
+        r.offset_end = src.recv_ns;
+        r.dts = u64::from(src.ssrc) | (u64::from(src.timestamp) << 32);
+        r.list_index = src.seq;
+        r.set_rtp(out);
+        r
+    }
+
+    /// The source of a `fwd` record (see [`Record::fwd`]).
+    pub fn fwd_source(&self) -> FwdSource {
+        FwdSource {
+            recv_ns: self.offset_end,
+            kernel_ns: self.offset,
+            ssrc: self.dts as u32,
+            timestamp: (self.dts >> 32) as u32,
+            seq: self.list_index,
         }
     }
 
@@ -206,7 +256,10 @@ mod tests {
     fn every_kind_encodes_to_the_version_1_bytes_and_decodes_back() {
         let fixtures = record_fixtures();
         let kinds: Vec<u8> = fixtures.iter().map(|(_, r, _)| r.kind).collect();
-        assert_eq!(kinds, [kind::PUSH, kind::DONE, kind::EOS, kind::PES]);
+        assert_eq!(
+            kinds,
+            [kind::PUSH, kind::DONE, kind::EOS, kind::PES, kind::FWD]
+        );
         for (name, record, expected) in fixtures {
             let bytes = record.to_bytes();
             assert_eq!(hex(&bytes), expected, "{name}: bytes differ from version 1");
@@ -273,6 +326,34 @@ mod tests {
         assert!(!r.set_rtp_header(&[0x40; 12]));
         assert_eq!(r, Record::default());
         assert_eq!(RtpHeader::parse(&[0u8; 12]), None);
+    }
+
+    #[test]
+    fn fwd_record_keeps_its_source() {
+        let out = RtpHeader {
+            ssrc: 0xaabbccdd,
+            timestamp: 90_000,
+            seq: 17,
+            payload_type: 96,
+            marker: false,
+        };
+        let src = FwdSource {
+            recv_ns: 1_000,
+            kernel_ns: 900,
+            ssrc: 0x11223344,
+            timestamp: 0xfedcba98,
+            seq: 0xfffe,
+        };
+        let r = Record::fwd(5_000, 3, 1, 1200, &out, &src);
+        assert_eq!((r.kind, r.flags), (kind::FWD, flags::RTP));
+        assert_eq!((r.rtp_ssrc, r.rtp_seq, r.rtp_ts), (0xaabbccdd, 17, 90_000));
+        assert_eq!((r.pts, r.duration), (NONE, NONE));
+        assert_eq!(r.fwd_source(), src);
+        let none = FwdSource {
+            kernel_ns: NONE,
+            ..src
+        };
+        assert_eq!(Record::fwd(5_000, 3, 1, 1200, &out, &none).offset, NONE);
     }
 
     #[test]

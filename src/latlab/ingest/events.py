@@ -488,7 +488,7 @@ def _make_probe(
         element, pad, factory, klass = info.element, info.pad, info.factory, info.klass
     return Probe(
         index=index,
-        name=f"{proc_name}/{element}:{pad}",
+        name=f"{proc_name}/{element}:{pad}" if pad else f"{proc_name}/{element}",
         process=proc,
         element=element,
         pad=pad,

@@ -74,6 +74,7 @@ class Kind(IntEnum):
     DONE = 1
     EOS = 2
     PES = 3
+    FWD = 4  # an SFU forwarded a packet on one subscriber leg (latlab-sfu)
 
 
 class EventFlag:
