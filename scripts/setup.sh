@@ -16,6 +16,7 @@ APT_PACKAGES=(
     linux-perf  # cost = true: a process's CPU time, switches, syscalls (perf stat)
     janus janus-demos janus-tools  # [sfus.NAME] server = "janus": the videoroom SFU, janus.js
     user-mode-linux kmod  # a kernel with sch_netem for the netem backend's test (tests/test_netem.py)
+    default-jre-headless  # latlab query --engine spark: the JVM Spark runs in (Java 17 here)
 )
 # Browser peers (issue 5): Chromium, and libnice + the GstWebRTC typelib for the webrtcbin
 # peer. Installed without recommends: with them apt pulls in about 100 packages (cups,
@@ -32,6 +33,8 @@ MIN_RUST=1.71.1  # gstreamer-rs 0.23's minimum; latlab is built and tested with 
 LIVEKIT_SERVER_VERSION=v1.9.12
 LIVEKIT_DIR=build/livekit
 MIN_GO=1.24  # livekit-server 1.9.12's go.mod
+MIN_GO_LOADGEN=1.26.8  # loadgen/go.mod (livekit/server-sdk-go v2.19 needs it)
+LOADGEN=build/loadgen/latlab-loadgen
 
 log() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
 
@@ -113,6 +116,27 @@ build_livekit_server() {
     mv "$LIVEKIT_DIR/server" "$binary"
 }
 
+# latlab-loadgen (loadgen/, Go, pion/webrtc): light WebRTC participants for [loads.NAME]
+# (docs/sfu.md). 1 min 31 s here with an empty module and build cache (2 cores; 82 MB of
+# modules from the proxy, then the compile); again only when a source in loadgen/ is
+# newer than the binary (then seconds, from Go's caches).
+build_loadgen() {
+    local version
+    if [ -x "$LOADGEN" ] && [ -z "$(find loadgen -type f \( -name '*.go' ! -name '*_test.go' \
+        -o -name go.mod -o -name go.sum \) -newer "$LOADGEN" -print -quit)" ]; then
+        return
+    fi
+    version=$(go env GOVERSION 2>/dev/null | sed 's/^go//')
+    if [ -z "$version" ] || [ "$(printf '%s\n' "$MIN_GO_LOADGEN" "$version" | sort -V | head -n 1)" \
+        != "$MIN_GO_LOADGEN" ]; then
+        echo "setup: latlab-loadgen not built: needs Go >= $MIN_GO_LOADGEN (https://go.dev/dl)" >&2
+        return
+    fi
+    log "building the load generator (loadgen/, Go) into $LOADGEN"
+    mkdir -p "$(dirname "$LOADGEN")"
+    (cd loadgen && GOTOOLCHAIN=local go build -trimpath -o "../$LOADGEN" .)
+}
+
 # livekit-client and everything it imports, bundled by esbuild into one script that latlab's
 # page server serves beside janus.js (nothing from a CDN): 3.3 s here with an empty npm
 # cache, again only when the lock changed.
@@ -139,10 +163,10 @@ python_environment() {
         log "creating the Python environment (.venv)"
         /usr/bin/python3 -m venv .venv
     fi
-    if ! .venv/bin/python -c "import latlab, numpy, pyarrow, typer, rich, aiohttp, pytest" 2>/dev/null \
+    if ! .venv/bin/python -c "import latlab, numpy, pyarrow, typer, rich, aiohttp, pytest, duckdb, pyspark" 2>/dev/null \
         || [ pyproject.toml -nt .venv/.latlab-installed ]; then
         log "installing Python dependencies into .venv"
-        .venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev]'
+        .venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev,spark]'
         touch .venv/.latlab-installed
     fi
 }
@@ -153,4 +177,5 @@ build_rust
 python_environment
 build_livekit_server
 bundle_livekit_client
+build_loadgen
 log "ready: ./latlab --help"

@@ -32,6 +32,8 @@ step "cargo fmt, clippy, test"
 cargo fmt --all -- --check
 cargo clippy --workspace --release --quiet --all-targets -- -D warnings
 cargo test --workspace --release --quiet
+step "go vet, gofmt, go test (loadgen/)"
+(cd loadgen && go vet ./... && [ -z "$(gofmt -l . | tee /dev/stderr)" ] && go test ./...)
 
 step "fast tier"
 .venv/bin/pytest -q -m "not e2e" "$@"
