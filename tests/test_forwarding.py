@@ -39,6 +39,38 @@ def test_every_forwarded_packet_is_matched_to_its_source(seed: int) -> None:
     assert epochs == [(10, 2, 6), (10, 0, 6), (10, 1, 6), (11, 3, 0)]
 
 
+@pytest.mark.parametrize("seed", range(10))
+def test_a_leg_renumbered_over_what_the_sfu_left_out_is_matched_frame_by_frame(seed: int) -> None:
+    """LiveKit's way: the leg leaves out every other frame (a temporal layer) and the
+    publisher's padding and keeps its numbering contiguous, so its sequence offset changes
+    at every frame left out (a run of one offset is one frame, too short for an epoch)
+    while its timestamp offset holds: every forwarded packet still finds its source. The
+    epochs alone matched 296 of 508 here (seed 0), none wrongly."""
+    run = sfu_traffic(seed=seed, renumber=True)
+    result = match_forwarded(run.ingress, run.egress)
+    assert np.array_equal(result.status, run.status)
+    matched = run.status == MATCHED
+    assert np.array_equal(result.ingress_index[matched], run.source[matched])
+
+
+def test_an_epoch_shifted_inside_a_frame_of_equal_packets_is_not_taken() -> None:
+    """Inside a frame of equal-sized packets the numbering shifted by one explains all
+    but the last packet (its marker and size differ): when the leg's true offset lasts
+    only that frame (renumbered before and after), the shifted one must not win."""
+    n = 12  # frames of 4 packets: 1180, 1180, 1180, then the marker's of the frame's size
+    frame = np.repeat(np.arange(n), 4)
+    part = np.tile(np.arange(4), n)
+    ingress = {"t_ns": frame * 33_000_000 + part * 100_000, "stream": np.zeros(4 * n, np.int64),
+               "seq": np.arange(4 * n) + 500, "ts": frame * 3000, "marker": part == 3,
+               "payload_len": np.where(part == 3, 300 + 37 * frame, 1180)}  # fmt: skip
+    # the leg: offsets 100, 101, ..., one per frame (a packet left out between frames)
+    egress = {**ingress, "t_ns": ingress["t_ns"] + 300_000, "stream": np.full(4 * n, 7),
+              "seq": ingress["seq"] + 100 + frame, "ts": ingress["ts"] + 9}  # fmt: skip
+    result = match_forwarded(_packets(ingress), _packets(egress))
+    assert (result.status == MATCHED).all()
+    assert np.array_equal(result.ingress_index, np.arange(4 * n))
+
+
 def test_a_layer_revisited_with_the_same_offsets_is_one_epoch_over_both_visits() -> None:
     run = sfu_traffic(seconds=13, seed=1)  # layers 2, 0, 1, 2, 0, 1, 2: revisits
     result = match_forwarded(run.ingress, run.egress)

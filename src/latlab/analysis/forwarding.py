@@ -20,9 +20,24 @@ repeats its key packet after packet, a chance pairing does not. Keys seen on at 
 whose key also explains most of the packet's neighbours on its stream wins — a chance
 fit explains isolated packets, a numbering shifted by one packet inside a run of
 equal-sized packets stops at the run's end; a tie is *ambiguous*, a packet no key
-explains locally *unmatched* — counted, never guessed. A second egress copy of an
-ingress packet on the same leg (a retransmission from the SFU's buffer) is a *repeat*:
-counted, not a dwell.
+explains locally *unmatched* — counted, never guessed. A match stands only if its
+*frame* holds (:func:`_frame_holds`): inside a frame of equal-sized packets, an epoch
+shifted by one packet explains all but the last. A second egress copy of an ingress
+packet on the same leg (a retransmission from the SFU's buffer) is a *repeat*: counted,
+not a dwell.
+
+Some SFUs keep a leg's numbering contiguous when they leave packets out: LiveKit drops
+the frames of the temporal layers it does not forward (and the publisher's padding) and
+shifts the sequence offset by what it dropped, so ``dseq`` changes at every dropped frame
+while ``dts`` holds for the whole layer epoch; a run of one constant ``dseq`` may be a
+single frame, too short to be an epoch. For the packets the epochs leave unmatched,
+:func:`_match_frames` anchors on the frame instead: a *timestamp epoch* (egress stream,
+ingress stream, dts, dlen) seen on at least ``min_epoch`` egress packets names, for an
+egress frame (its RTP timestamp), the one ingress frame it was forwarded from; the pair
+holds when every packet of the egress frame has its ingress packet in that frame under
+one ``dseq`` — same marker, payload length off by ``dlen``, received before it was sent.
+Of the pairs that hold, the one whose timestamp epoch also explains most of the packet's
+neighbours wins; a tie is ambiguous.
 """
 
 from __future__ import annotations
@@ -41,6 +56,7 @@ NEIGHBOURS = 8  # packets each side of an egress packet on its stream that vote 
 MIN_LOCAL = 3  # neighbours the winning key must also explain
 MAX_DLEN = 64  # payload-length change a leg may apply (SRTP tag sizes differ by <= 6)
 _CHUNK_PAIRS = 4_000_000  # candidate pairs formed at a time (memory bound)
+_SEQ = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -96,22 +112,41 @@ def match_forwarded(
     min_epoch: int = DEFAULT_MIN_EPOCH,
 ) -> Forwarding:
     """Match every egress packet to the ingress packet it was forwarded from."""
-    e_idx, i_idx = candidate_pairs(ingress, egress, window_ns)
-    keys = _pair_keys(ingress, egress, e_idx, i_idx)
-    uniq, key_id = np.unique(keys, axis=0, return_inverse=True)
-    key_id = key_id.ravel()
-    # Count each key once per egress packet (a duplicated ingress copy pairs twice).
-    per_packet = np.unique(np.stack([e_idx, key_id]), axis=1)
-    support = np.bincount(per_packet[1], minlength=len(uniq))
-    on_epoch = (support >= min_epoch)[key_id]
-    e_idx, i_idx, key_id = e_idx[on_epoch], i_idx[on_epoch], key_id[on_epoch]
+    e_all, i_all = candidate_pairs(ingress, egress, window_ns)
+    uniq, key_id = np.unique(_pair_keys(ingress, egress, e_all, i_all), axis=0,
+                             return_inverse=True)  # fmt: skip
+    pairs = _Pairs(e_all, i_all, key_id.ravel())
+    on_epoch = (_support(pairs.e, pairs.key, len(uniq)) >= min_epoch)[pairs.key]
+    e_idx, i_idx, key_id = pairs.e[on_epoch], pairs.i[on_epoch], pairs.key[on_epoch]
     local = _local_support(e_idx, key_id, egress.stream)
-    status, ingress_index, winner = _resolve(len(egress), e_idx, i_idx, key_id, local,
-                                             egress.stream)  # fmt: skip
+    status, ingress_index, winner = _resolve(len(egress), e_idx, i_idx, key_id, local)
+    _unless_frame_holds(ingress, egress, uniq, (status, ingress_index, winner))
+    _match_frames(ingress, egress, pairs, uniq, min_epoch, (status, ingress_index, winner))
+    _mark_repeats(status, ingress_index, egress.stream)
     dwell = np.full(len(egress), -1, dtype=np.int64)
     ok = status == MATCHED
     dwell[ok] = egress.t_ns[ok] - ingress.t_ns[ingress_index[ok]]
     return Forwarding(status, ingress_index, dwell, _epochs(uniq, winner, status, egress.t_ns))
+
+
+@dataclass(frozen=True)
+class _Pairs:
+    """Candidate (egress, ingress) pairs and each pair's key (a row of the unique keys)."""
+
+    e: np.ndarray
+    i: np.ndarray
+    key: np.ndarray
+
+    def where(self, mask: np.ndarray) -> _Pairs:
+        """The pairs ``mask`` selects."""
+        return _Pairs(self.e[mask], self.i[mask], self.key[mask])
+
+
+def _support(e_idx: np.ndarray, key_id: np.ndarray, n_keys: int) -> np.ndarray:
+    """Per key, the egress packets it explains (each once: a duplicated ingress copy
+    pairs twice)."""
+    per_packet = np.unique(np.stack([e_idx, key_id]), axis=1)
+    return np.bincount(per_packet[1], minlength=n_keys)
 
 
 def candidate_pairs(
@@ -173,12 +208,7 @@ def _local_support(e_idx: np.ndarray, key_id: np.ndarray, stream: np.ndarray) ->
 
 
 def _resolve(
-    n_egress: int,
-    e_idx: np.ndarray,
-    i_idx: np.ndarray,
-    key_id: np.ndarray,
-    local: np.ndarray,
-    egress_stream: np.ndarray,
+    n_egress: int, e_idx: np.ndarray, i_idx: np.ndarray, key_id: np.ndarray, local: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Status, ingress index and winning key per egress packet. Of its epoch pairs, the
     one whose key explains most of its neighbourhood wins, if that is at least
@@ -206,8 +236,108 @@ def _resolve(
     status[e[won]] = MATCHED
     ingress_index[e[won]] = i[won]
     winner[e[won]] = k[won]
-    _mark_repeats(status, ingress_index, egress_stream)
     return status, ingress_index, winner
+
+
+def _unless_frame_holds(
+    ingress: Packets,
+    egress: Packets,
+    uniq: np.ndarray,
+    result: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> None:
+    """Undo the matches whose frame does not hold under their epoch (:func:`_frame_holds`):
+    inside a frame of equal-sized packets, an epoch shifted by one packet explains all but
+    the last (whose marker or size differ); with a leg renumbered at every dropped frame,
+    that shifted epoch can be the only one near (its true one too short to be an epoch)."""
+    status, ingress_index, winner = result
+    won = np.flatnonzero(status == MATCHED)
+    held = _frame_holds(ingress, egress, _Pairs(won, ingress_index[won], winner[won]), uniq)
+    undone = won[~held]
+    status[undone], ingress_index[undone], winner[undone] = UNMATCHED, -1, -1
+
+
+def _match_frames(
+    ingress: Packets,
+    egress: Packets,
+    pairs: _Pairs,
+    uniq: np.ndarray,
+    min_epoch: int,
+    result: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> None:
+    """Match the packets the epochs left unmatched (or tied) frame by frame (module docstring):
+    ``result`` (status, ingress index, winning key per egress packet) is updated. Of the
+    pairs whose frames hold, the one whose timestamp epoch also explains most of the
+    packet's neighbours wins, as in :func:`_resolve`: a chance fit of one frame (packets
+    of recurring sizes) explains isolated packets, the forwarding the whole epoch."""
+    status = result[0]
+    open_ = status[pairs.e] != MATCHED  # unmatched, or two epochs tied
+    if not open_.any():
+        return
+    stream_ts = uniq[:, [0, 1, 3, 4]]  # egress stream, ingress stream, dts, dlen
+    ts_keys, ts_key = np.unique(stream_ts, axis=0, return_inverse=True)
+    ts_key = ts_key.ravel()[pairs.key]
+    asked = np.isin(ts_key, ts_key[open_])  # only the timestamp keys open packets have
+    pairs, ts_key, open_ = pairs.where(asked), ts_key[asked], open_[asked]
+    ts_epoch = (_support(pairs.e, ts_key, len(ts_keys)) >= min_epoch)[ts_key]
+    pairs, ts_key, open_ = pairs.where(ts_epoch), ts_key[ts_epoch], open_[ts_epoch]
+    local = _local_support(pairs.e, ts_key, egress.stream)
+    pairs, local = pairs.where(open_), local[open_]
+    if not len(pairs.e):
+        return
+    held = _frame_holds(ingress, egress, pairs, uniq)
+    found = pairs.where(held)
+    by_frame = _resolve(len(egress), found.e, found.i, found.key, local[held])
+    settled = by_frame[0] != UNMATCHED
+    for mine, theirs in zip(result, by_frame, strict=True):
+        mine[settled] = theirs[settled]
+
+
+def _frame_holds(ingress: Packets, egress: Packets, pairs: _Pairs, uniq: np.ndarray) -> np.ndarray:
+    """Per pair: whether every packet of the egress packet's frame (its stream and RTP
+    timestamp) has its ingress packet in the paired packet's frame under the pair's
+    ``dseq``, with the same marker, the payload length off by the pair's ``dlen``, and
+    received before it was sent."""
+    e_frames, i_frames = _Frames(egress), _Frames(ingress)
+    dseq, dlen = uniq[pairs.key, 2], uniq[pairs.key, 4]
+    quads, quad = np.unique(np.stack([e_frames.of[pairs.e], i_frames.of[pairs.i], dseq, dlen]),
+                            axis=1, return_inverse=True)  # fmt: skip
+    size = e_frames.size[quads[0]]
+    row = np.repeat(np.arange(quads.shape[1]), size)
+    member = e_frames.members[np.repeat(e_frames.start[quads[0]], size) + _ranks(size)]
+    source = i_frames.find(quads[1][row], (egress.seq[member] - quads[2][row]) % _SEQ)
+    ok = source >= 0
+    src = np.maximum(source, 0)
+    ok &= egress.marker[member] == ingress.marker[src]
+    ok &= ingress.t_ns[src] <= egress.t_ns[member]
+    ok &= egress.payload_len[member] - ingress.payload_len[src] == quads[3][row]
+    failed = np.bincount(row[~ok], minlength=quads.shape[1])
+    return (failed == 0)[quad.ravel()]
+
+
+def _ranks(size: np.ndarray) -> np.ndarray:
+    """0, 1, ... size[k]-1 for each k, concatenated."""
+    return np.arange(size.sum()) - np.repeat(np.cumsum(size) - size, size)
+
+
+class _Frames:
+    """The frames of one direction: packets of one stream with one RTP timestamp, each
+    sequence number once (its first copy)."""
+
+    def __init__(self, packets: Packets) -> None:
+        """Group ``packets`` by (stream, RTP timestamp)."""
+        frames, of = np.unique(np.stack([packets.stream, packets.ts]), axis=1,
+                               return_inverse=True)  # fmt: skip
+        self.of = of.ravel()
+        place = self.of * _SEQ + packets.seq
+        self.keys, self.members = np.unique(place, return_index=True)  # first copies
+        self.size = np.bincount(self.keys // _SEQ, minlength=frames.shape[1])
+        self.start = np.cumsum(self.size) - self.size
+
+    def find(self, frame: np.ndarray, seq: np.ndarray) -> np.ndarray:
+        """The packet with sequence number ``seq`` in ``frame`` (-1 where none)."""
+        want = frame * _SEQ + seq
+        at = np.minimum(np.searchsorted(self.keys, want), len(self.keys) - 1)
+        return np.where(self.keys[at] == want, self.members[at], -1)
 
 
 def _mark_repeats(status: np.ndarray, ingress_index: np.ndarray, stream: np.ndarray) -> None:
