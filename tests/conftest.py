@@ -127,7 +127,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError("the xdist groups need pytest < 9 (pyproject.toml says why)")
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        browsers = "webrtc" in item.name or "sfu-janus" in item.name
+        browsers = any(word in item.name for word in ("webrtc", "sfu-janus", "sfu-livekit"))
         if module in BROWSER_CALL_MODULES or (module in SPREAD_MODULES and browsers):
             item.add_marker(pytest.mark.xdist_group(BROWSER_CALL_GROUP))
         elif module not in SPREAD_MODULES:
