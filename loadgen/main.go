@@ -209,7 +209,7 @@ func run(cfg *config, stdout, stderr io.Writer) int {
 	}
 	for i := 0; i < cfg.publishers; i++ {
 		p := &participant{index: i, role: "publisher", name: fmt.Sprintf("%s-pub-%d", cfg.name, i), state: "waiting"}
-		pub, err := newPublisher(p, m)
+		pub, err := newPublisher(p, cfg.publishers, m)
 		if err != nil {
 			fmt.Fprintf(stderr, "error: %s: %v\n", p.label(), err)
 			return 1
@@ -295,7 +295,7 @@ loop:
 // subscriber has RTP on every expected track.
 func (lg *loadgen) setUp(ctx, media context.Context, ready chan<- struct{}) {
 	if err := lg.drv.open(ctx); err != nil {
-		lg.fail(&participant{role: "signalling", index: 0}, err)
+		lg.failOnce.Do(func() { lg.failed <- fmt.Errorf("%s: %v", lg.cfg.sfu, err) })
 		return
 	}
 	var wg sync.WaitGroup

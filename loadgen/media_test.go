@@ -227,3 +227,39 @@ func TestArgumentsAreCheckedInOneLine(t *testing.T) {
 		}
 	}
 }
+
+func TestPublishersStartAtTheirOwnPlaceInTheFiles(t *testing.T) {
+	video := &videoTrack{loopTs: 300 * 3000}
+	for i := 0; i < 300; i++ {
+		video.frames = append(video.frames, videoFrame{ts: uint32(i * 3000), key: i%60 == 0})
+	}
+	audio := &audioTrack{loopTs: 500 * 960}
+	for i := 0; i < 500; i++ {
+		audio.packets = append(audio.packets, audioPacket{duration: 960})
+		audio.offsets = append(audio.offsets, uint32(i*960))
+	}
+	m := &media{video: video, audio: audio}
+	start := func(i, n int) *sendState {
+		pub := &publisher{p: &participant{index: i}, count: n, media: m}
+		s := newSendState(pub)
+		s.start = time.Unix(100, 0)
+		return s
+	}
+	// two publishers: key frames 0 and 120 (of 0, 60, ..., 240), audio at 4 s
+	if s := start(1, 2); s.vFrame != 120 || s.aPacket != 200 {
+		t.Fatalf("publisher 1 of 2 starts at frame %d, audio packet %d", s.vFrame, s.aPacket)
+	}
+	// seven: more than the key frames, spread evenly: frame 6*300/7 = 257
+	s := start(6, 7)
+	if s.vFrame != 257 {
+		t.Fatalf("publisher 6 of 7 starts at frame %d", s.vFrame)
+	}
+	// its schedule starts now and runs on through the loop's end
+	if !s.videoAt().Equal(s.start) {
+		t.Fatalf("first frame due %s after the start", s.videoAt().Sub(s.start))
+	}
+	s.vFrame, s.vLoop = 0, 1 // the loop's first frame, after the wrap
+	if got := s.videoAt().Sub(s.start); got != (300-257)*time.Second/30 {
+		t.Fatalf("frame 0 of the next loop due %s after the start", got)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"sort"
 	"sync"
 	"time"
 
@@ -165,6 +166,7 @@ func gathered(ctx context.Context, pc *webrtc.PeerConnection, sdp webrtc.Session
 // publisher sends the media files on its tracks (one RTP stream each, no simulcast).
 type publisher struct {
 	p                  *participant
+	count              int // publishers in all: where in the files this one starts
 	media              *media
 	video, audio       *boundTrack
 	videoStat, audStat *trackStats
@@ -196,8 +198,8 @@ func newBoundTrack(c webrtc.RTPCodecCapability, id, stream string) (*boundTrack,
 	return &boundTrack{TrackLocalStaticRTP: t, bound: make(chan struct{})}, nil
 }
 
-func newPublisher(p *participant, m *media) (*publisher, error) {
-	pub := &publisher{p: p, media: m, connected: make(chan struct{}), sending: make(chan struct{})}
+func newPublisher(p *participant, count int, m *media) (*publisher, error) {
+	pub := &publisher{p: p, count: count, media: m, connected: make(chan struct{}), sending: make(chan struct{})}
 	var err error
 	if m.video != nil {
 		if pub.video, err = newBoundTrack(vp8Codec, "video", p.name); err != nil {
@@ -327,6 +329,7 @@ type sendState struct {
 
 	vFrame, aPacket int    // next to send
 	vLoop, aLoop    uint64 // loops completed
+	vBase, aBase    uint64 // where in its loop it started (clock ticks)
 	vSeq, aSeq      uint16
 	vTs0, aTs0      uint32
 	pictureID0      uint16
@@ -339,16 +342,50 @@ func newSendState(pub *publisher) *sendState {
 		vSeq: uint16(rand.Uint32()), aSeq: uint16(rand.Uint32()),
 		vTs0: rand.Uint32(), aTs0: rand.Uint32(), pictureID0: uint16(rand.Uint32() & 0x7fff)}
 	s.packet.Version = 2
+	s.place(pub.p.index, pub.count)
 	return s
 }
 
+// place starts publisher i of n at its own place in the files: each sends other frames
+// than the others at any moment, so that an SFU's forwarded packets can be told apart
+// by their sizes (publishers that start together on the same frames would make every
+// packet ambiguous to the dwell matcher). With no more publishers than key frames each
+// starts on its own key frame, else they are spread evenly over the loop (a start
+// between key frames is decodable from the next one); the audio starts at the same
+// time in its file.
+func (s *sendState) place(i, n int) {
+	var at float64 // seconds into the loop
+	if s.video != nil {
+		var keys []int
+		for k, f := range s.video.frames {
+			if f.key {
+				keys = append(keys, k)
+			}
+		}
+		s.vFrame = i * len(s.video.frames) / n
+		if n <= len(keys) {
+			s.vFrame = keys[i*len(keys)/n]
+		}
+		s.vBase = uint64(s.video.frames[s.vFrame].ts)
+		at = float64(s.vBase) / videoClock
+	} else if s.audio != nil {
+		at = float64(i) / float64(n) * float64(s.audio.loopTs) / audioClock
+	}
+	if s.audio != nil {
+		ticks := uint32(at*audioClock) % s.audio.loopTs
+		s.aPacket = sort.Search(len(s.audio.offsets), func(k int) bool { return s.audio.offsets[k] >= ticks })
+		s.aPacket %= len(s.audio.packets)
+		s.aBase = uint64(s.audio.offsets[s.aPacket])
+	}
+}
+
 func (s *sendState) videoAt() time.Time {
-	ticks := s.vLoop*uint64(s.video.loopTs) + uint64(s.video.frames[s.vFrame].ts)
+	ticks := s.vLoop*uint64(s.video.loopTs) + uint64(s.video.frames[s.vFrame].ts) - s.vBase
 	return s.start.Add(time.Duration(ticks * uint64(time.Second) / videoClock))
 }
 
 func (s *sendState) audioAt() time.Time {
-	ticks := s.aLoop*uint64(s.audio.loopTs) + s.audioOffset()
+	ticks := s.aLoop*uint64(s.audio.loopTs) + s.audioOffset() - s.aBase
 	return s.start.Add(time.Duration(ticks * uint64(time.Second) / audioClock))
 }
 

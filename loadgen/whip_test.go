@@ -296,3 +296,55 @@ func waitStatsLines(t *testing.T, path string, n int, timeout time.Duration) {
 	}
 	t.Fatalf("fewer than %d ready stats lines in %s", n, timeout)
 }
+
+func TestFailuresAreOneLineNamingWhatFailed(t *testing.T) {
+	video, audio := labMedia(t)
+	// Janus's API refuses the connection: the signalling fails at once
+	refused, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := refused.Addr().String()
+	refused.Close()
+	// a WHEP endpoint that never gets the publishers' tracks: the subscriber is not
+	// ready in time
+	fwd := newForwarder(t, 5)
+	listener, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := &http.Server{Handler: fwd}
+	go func() { _ = server.Serve(listener) }()
+	defer server.Close()
+	base := "http://" + listener.Addr().String()
+	cases := map[string][]string{
+		"error: janus: Janus API http://" + addr + "/janus: ": {"--sfu", "janus",
+			"--url", "http://" + addr + "/janus"},
+		"error: subscriber 0: not ready after 3s (posting the offer; RTP on 0 of 2 tracks)": {
+			"--sfu", "whip", "--whip", base + "/whip/{room}/{id}", "--whep", base + "/whep/{room}/{id}"},
+	}
+	for want, args := range cases {
+		args = append(args, "--publishers", "1", "--subscribers", "1", "--video", video,
+			"--audio", audio, "--ice-ip", "127.0.0.1", "--ready-timeout", "3s")
+		run := startLoadgen(t, args...)
+		done := make(chan error, 1)
+		go func() {
+			for range run.lines {
+			}
+			done <- run.cmd.Wait()
+		}()
+		select {
+		case err := <-done:
+			code := -1
+			if exit, ok := err.(*exec.ExitError); ok {
+				code = exit.ExitCode()
+			}
+			lines := strings.Split(strings.TrimSpace(run.stderr.String()), "\n")
+			if code != 1 || len(lines) != 1 || !strings.HasPrefix(lines[0], want) {
+				t.Errorf("exit %d, stderr %q; want 1 and one line starting %q", code, lines, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%v: still running 10 s later", args)
+		}
+	}
+}
