@@ -36,7 +36,8 @@ PUBLISHERS, SUBSCRIBERS = 2, 3
 # The lab's media commands (docs/sfu.md), 10 s each.
 VIDEO = ("gst-launch-1.0 -q videotestsrc pattern=ball num-buffers=300 ! "
          "video/x-raw,width=640,height=360,framerate=30/1 ! vp8enc deadline=1 "
-         "target-bitrate=600000 keyframe-max-dist=60 ! avmux_ivf ! filesink location={}")  # fmt: skip
+         "target-bitrate=600000 keyframe-max-dist=60 ! avmux_ivf ! "
+         "filesink location={}")  # fmt: skip
 AUDIO = ("gst-launch-1.0 -q audiotestsrc wave=pink-noise volume=0.3 samplesperbuffer=960 "
          "num-buffers=500 ! audio/x-raw,rate=48000,channels=2 ! opusenc bitrate-type=vbr "
          "frame-size=20 ! oggmux ! filesink location={}")  # fmt: skip
