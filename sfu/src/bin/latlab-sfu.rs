@@ -14,19 +14,12 @@
 //! `ready` line on stdout once both are bound; SIGINT or SIGTERM stop it, and it says
 //! what it did on stderr.
 
-mod alloc;
-mod args;
-mod forward;
-mod http;
-mod logger;
-mod net;
-mod probe;
-mod sfu;
-
 use std::io::Write;
 use std::net::SocketAddrV4;
 use std::process::ExitCode;
 use std::sync::Arc;
+
+use latlab_sfu::{alloc, args, http, logger, net, probe, sfu};
 
 #[global_allocator]
 static GLOBAL: alloc::Counting = alloc::Counting;
