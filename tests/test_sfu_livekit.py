@@ -64,7 +64,7 @@ between = ["client", "sfu"]
 host = "sfu"
 server = "livekit"
 cost = true
-cost_idle_s = 1
+cost_idle_s = 2
 [processes.client]
 host = "client"
 command = {json.dumps([sys.executable, "-c", CLIENT, "${hosts.sfu.addr}"])}
@@ -107,12 +107,14 @@ def test_livekit_is_stopped_cleanly_and_leaves_nothing(livekit_run: Path) -> Non
 
 
 def test_idle_livekit_is_counted_by_perf(livekit_run: Path) -> None:
-    """LiveKit's own timers while nothing is connected: 0.04-0.07 % of a CPU and 37-54
-    syscalls a second in the first runs. Its 1 s idle window held 8 whole intervals of
-    perf's 100 ms (0.80 s) in a run beside other tests."""
+    """LiveKit's own timers while nothing is connected: it wakes about once a second
+    (perf counts nothing in the 100 ms intervals between), 0.04-0.07 % of a CPU and 37-59
+    syscalls a second in the first runs. A 1 s idle window can fall between two wake-ups
+    (it did: 0.9 s counted, all zero), so it idles 2 s here: 1.8-1.9 s of whole perf
+    intervals, at least one wake-up."""
     summary = json.loads((livekit_run / rundir.SUMMARY_FILE).read_text())
     cost = summary["costs"]["livekit"]
-    assert cost["host"] == "sfu" and cost["idle"]["s"] >= 0.7
+    assert cost["host"] == "sfu" and cost["idle"]["s"] >= 1.5
     assert 0 < cost["idle"]["cpu_percent"] < 5
     assert cost["idle"]["per_s"]["syscalls"] > 0
 
