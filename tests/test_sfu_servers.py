@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
 import pytest
 
+from latlab.errors import EnvironmentProblem
 from latlab.lab.scenario import Room, parse_scenario
-from latlab.lab.sfu import SERVERS, JanusServer, LiveKitServer
+from latlab.lab.sfu import SERVERS, JanusServer, LiveKitServer, livekit
 from latlab.lab.sfu.janus import feed_id
 from latlab.lab.sfu.livekit import (
     RTC_UDP_PORT,
     access_token,
+    client_bundle,
+    livekit_binary,
     livekit_config,
     server_environment,
     signed_jwt,
@@ -121,3 +125,16 @@ def test_livekit_takes_no_settings_from_the_callers_environment() -> None:
 def test_janus_feeds_are_numbered_by_place_among_the_publishers() -> None:
     room = Room(name="r", sfu="janus", publishers=("alice", "dave"), subscribers=("bob",))
     assert [feed_id(room, p) for p in room.publishers] == [1000, 1001]
+
+
+@pytest.mark.parametrize(("name", "check"), [("LIVEKIT_SERVER", livekit_binary),
+                                             ("CLIENT_BUNDLE", client_bundle)])  # fmt: skip
+def test_a_livekit_not_built_says_to_run_the_setup(
+    name: str, check: object, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    missing = tmp_path / "absent"
+    monkeypatch.setattr(livekit, name, missing)
+    with pytest.raises(EnvironmentProblem) as info:
+        check()  # type: ignore[operator]
+    assert str(info.value).startswith(f"{missing}: not ")
+    assert str(info.value).endswith("run bash scripts/setup.sh")

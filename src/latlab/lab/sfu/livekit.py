@@ -59,6 +59,17 @@ def livekit_binary() -> Path:
     return LIVEKIT_SERVER
 
 
+def client_bundle() -> Path:
+    """The bundled livekit-client the room pages load, or EnvironmentProblem saying how
+    to make it (before any browser waits for a page that cannot join)."""
+    if not CLIENT_BUNDLE.is_file():
+        raise EnvironmentProblem(
+            f"{CLIENT_BUNDLE}: not bundled (the room pages of SFU server 'livekit' load the "
+            "livekit-client SDK from it): run bash scripts/setup.sh"
+        )
+    return CLIENT_BUNDLE
+
+
 def livekit_config(addr: str, http_port: int, key: str, secret: str) -> dict[str, Any]:
     """LiveKit's configuration for a host reached at lab address ``addr``."""
     return {
@@ -164,6 +175,7 @@ class LiveKitServer(SfuServer):
 
     def join(self, room: Room, member: str) -> tuple[str, dict[str, str]]:
         """livekit.html: the signalling URL and the member's access token."""
+        client_bundle()
         publisher = member in room.publishers
         token = access_token(self.api_key, self.api_secret, member, room.name, publish=publisher)
         return "livekit.html", {"url": f"ws://{self.addr}:{self.spec.http_port}",
