@@ -265,7 +265,7 @@ fn join_leave_cycles_free_everything() {
     let offer = offer.to_sdp_string();
     let publisher = publisher_offer();
     let cycle = |i: usize| {
-        let (kind, sdp) = if i % 10 == 0 {
+        let (kind, sdp) = if i.is_multiple_of(10) {
             ("whip", &publisher)
         } else {
             ("whep", &offer)
