@@ -53,6 +53,10 @@ def _corpus(root: Path) -> dict[str, Path]:
     files["bad_key"].write_text('name = "x"\nduration_s = 1\nnosuchkey = 3\n[hosts.a]\n')
     files["not_wav"] = root / "not.wav"
     files["not_wav"].write_text("RIFF but not really")
+    files["wrong_dataset"] = root / "wrong-dataset"
+    files["wrong_dataset"].mkdir()
+    (files["wrong_dataset"] / "latlab-dataset.json").write_text('{"schema": "latlab.dataset/99"}')
+    files["new_dataset"] = root / "new-dataset"  # made by the first ingest into it
     return files
 
 
@@ -89,6 +93,17 @@ CASES: list[tuple[list[str], str, int]] = [
     (["signal", "compare", "{not_wav}", "{missing}"], "not_wav", USAGE),
     (["signal", "generate", "--out", "{missing}/x.wav", "--mix", "{not_wav}"], "not_wav",
      USAGE),
+    (["ingest", "{corrupt_trace}", "--into", "{new_dataset}"], "corrupt_trace", USAGE),
+    (["ingest", "{wrong_run_schema}", "--into", "{new_dataset}"], "wrong_run_schema", USAGE),
+    (["ingest", "{empty_dir}", "--into", "{new_dataset}"], "empty_dir", USAGE),
+    (["ingest", "{missing}", "--into", "{new_dataset}"], "missing", USAGE),
+    (["ingest", "{wrong_sweep_schema}", "--into", "{new_dataset}"], "wrong_sweep_schema", USAGE),
+    (["ingest", "{empty_dir}", "--into", "{wrong_dataset}"], "wrong_dataset", USAGE),
+    (["ingest", "{empty_dir}", "--into", "{not_wav}"], "not_wav", USAGE),
+    (["query", "{missing}", "runs"], "missing", USAGE),
+    (["query", "{empty_dir}", "percentiles"], "empty_dir", USAGE),
+    (["query", "{wrong_dataset}", "worst"], "wrong_dataset", USAGE),
+    (["query", "{wrong_dataset}", "--sql", "SELECT 1"], "wrong_dataset", USAGE),
 ]  # fmt: skip
 
 

@@ -350,3 +350,41 @@ def test_compare_and_check_take_wide(runs: tuple[Path, Path]) -> None:
     assert "Δ mean ms" in compared and "left out" not in compared
     checked = latlab("check", a, "--budget", "e2e.p99<400ms", "--wide", columns="40")
     assert "units" in checked and "left out" not in checked
+
+
+# --- latlab query ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def dataset_answers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Any]]:
+    """Every ready question's answer over the shared synthetic dataset (tests/dataset_data)."""
+    from latlab.dataset.commands import engine_for
+    from latlab.dataset.questions import Metric, Options, ask
+    from tests.dataset_data import build_dataset
+
+    dataset, _ = build_dataset(tmp_path_factory.mktemp("dataset"))
+    engine = engine_for(dataset)
+    sides = {"a": [("build", "41")], "b": [("build", "42")], "resamples": 100}
+    yield [
+        ask(engine, "runs", Options()),
+        ask(engine, "percentiles", Options(by=["build", "scenario"])),
+        ask(engine, "trend", Options(Metric(kind="jitterbuffer"), every="run")),
+        ask(engine, "worst", Options(limit=5)),
+        ask(engine, "regression", Options(**sides)),  # type: ignore[arg-type]
+    ]
+    engine.close()
+
+
+def test_query_tables_keep_names_whole_at_80_columns(dataset_answers: list[Any]) -> None:
+    from latlab.dataset.render import render_answer
+
+    for answer in dataset_answers:
+        text = render(lambda console, answer=answer: render_answer(answer, console))
+        assert_fits(text)
+        names = [str(row[key]) for row in answer.rows for key in ("stream", "run_dir", "metric",
+                 "build", "scenario", "run") if row.get(key)]  # fmt: skip
+        assert_whole(text, names)
+        wide = render(lambda console, answer=answer: render_answer(answer, console, wide=True))
+        assert "left out" not in wide
+        slowest = [row["slowest_segment"] for row in answer.rows if "slowest_segment" in row]
+        assert all(name in wide for name in slowest)

@@ -1,4 +1,5 @@
-"""latlab command line: ``run``, ``record``, ``report``, ``export``, ``compare``, ``check``."""
+"""latlab command line: ``run``, ``record``, ``report``, ``export``, ``compare``, ``check``,
+``ingest``, ``query``."""
 
 from __future__ import annotations
 
@@ -337,6 +338,97 @@ def check(
     if failed:
         err_console.print(f"latlab: {failed}", highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(1)
+
+
+@app.command()
+def ingest(
+    run_dirs: Annotated[
+        list[Path], typer.Argument(help="Run directories; a sweep directory: each point.")
+    ],
+    into: Annotated[Path, typer.Option("--into", help="Dataset directory (made if absent).")],
+    label: Annotated[
+        list[str] | None,
+        typer.Option("--label", help="KEY=VALUE kept with every run (repeat for more)."),
+    ] = None,
+    revision: Annotated[
+        str | None, typer.Option(help="Revision of the system under test (e.g. a commit).")
+    ] = None,
+    replace: Annotated[
+        bool, typer.Option("--replace", help="Replace runs already in the dataset.")
+    ] = False,
+) -> None:
+    """Append runs to a Parquet dataset for latlab query (docs/dataset.md); a run already
+    in it is refused (--replace replaces it), one that cannot be read is skipped."""
+    from latlab.dataset.commands import run_ingest
+
+    with _status_line("ingesting") as report:
+        run_ingest(
+            run_dirs,
+            into,
+            labels=label or [],
+            revision=revision,
+            replace=replace,
+            say=lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True),
+            warn=_error_line,
+            report=report,
+        )
+
+
+@app.command()
+def query(
+    dataset: Annotated[Path, typer.Argument(help="Dataset directory (latlab ingest).")],
+    question: Annotated[
+        str | None,
+        typer.Argument(help="runs, percentiles, trend, worst or regression (or give --sql)."),
+    ] = None,
+    sql: Annotated[
+        str | None, typer.Option(help="Any SQL over segments, summaries, runs, labels.")
+    ] = None,
+    kind: Annotated[str | None, typer.Option(help="Metric: a segment kind's per-unit sum.")] = None,
+    segment: Annotated[
+        str | None, typer.Option(help="Metric: the segment ending at this probe.")
+    ] = None,
+    by: Annotated[list[str] | None, typer.Option(help="Group by this key (repeat).")] = None,
+    where: Annotated[
+        list[str] | None, typer.Option(help="Only runs with KEY=VALUE (repeat: all).")
+    ] = None,
+    stream: Annotated[str | None, typer.Option(help="Only streams whose path has this.")] = None,
+    every: Annotated[str, typer.Option(help="trend: run, hour, day or month.")] = "day",
+    limit: Annotated[int, typer.Option(help="worst: how many units.")] = 20,
+    a: Annotated[list[str] | None, typer.Option("--a", help="regression: runs of A.")] = None,
+    b: Annotated[list[str] | None, typer.Option("--b", help="regression: runs of B.")] = None,
+    resamples: Annotated[int, typer.Option(help="Bootstrap resamples.", min=100)] = 2000,
+    confidence: Annotated[
+        float, typer.Option(help="Confidence of the intervals.", min=0.5, max=0.999)
+    ] = 0.95,
+    seed: Annotated[int, typer.Option(help="Seed of the bootstrap.")] = 20261122,
+    engine: Annotated[str, typer.Option(help="duckdb (embedded) or spark.")] = "duckdb",
+    master: Annotated[str, typer.Option(help="Spark master URL.")] = "local[*]",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the answer as JSON.")] = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="Print the answer as CSV.")] = False,
+    wide: Wide = False,
+) -> None:
+    """Ready questions over a dataset of runs, on DuckDB or Spark (docs/dataset.md)."""
+    from latlab.dataset.commands import QueryRequest, run_query
+
+    request = QueryRequest(
+        dataset,
+        question,
+        sql,
+        engine,
+        master,
+        kind,
+        segment,
+        where or [],
+        by or [],
+        stream,
+        every,
+        limit,
+        a or [],
+        b or [],
+        {"resamples": resamples, "confidence": confidence, "seed": seed},
+    )
+    run_query(request, console, as_json=as_json, as_csv=as_csv, wide=_wide(wide))
 
 
 lab_app = typer.Typer(

@@ -17,7 +17,19 @@ import numpy as np
 
 from latlab.ingest.trace_format import EVENT_DTYPE, NONE_U64, EventFlag, Kind, PadFlag
 from latlab.ingest.trace_writer import TraceWriter
-from latlab.rundir import trace_file
+from latlab.rundir import (
+    ENV_FILE,
+    ENV_SCHEMA,
+    POINTS_DIR,
+    RUN_FILE,
+    RUN_SCHEMA,
+    SWEEP_FILE,
+    SWEEP_SCHEMA,
+    TRACES,
+    make_layout,
+    trace_file,
+    write_json,
+)
 
 MS = 1_000_000
 US = 1_000
@@ -337,3 +349,110 @@ def _truth(p, s, first_arrival, released, jb, split):
         "receiver/fakesink0:sink",
     ]
     return np.column_stack(cols).astype(np.int64), names
+
+
+@dataclass
+class SyntheticRunInfo:
+    """What run.json and env.json of a synthetic run directory say (``make_run_dir``)."""
+
+    name: str = "synthetic-rtp"
+    started_at: str = "2026-11-01T10:00:00.000000+00:00"
+    hostname: str = "synthetic"
+    params: dict[str, str] | None = None  # run.json's params
+    gstreamer_version: str = "1.22.0"
+    kernel: str = "6.1.0-synthetic"
+
+
+def make_run_dir(
+    out_dir: Path, params: SyntheticRtpAudio | None = None, info: SyntheticRunInfo | None = None
+) -> SyntheticResult:
+    """A synthetic RTP audio run in a run directory's real formats: run.json, env.json and
+    the traces in traces/ (what ``latlab run`` writes, without logs), ready to analyse."""
+    p = params or SyntheticRtpAudio()
+    info = info or SyntheticRunInfo()
+    make_layout(out_dir)
+    result = make_rtp_audio_run(out_dir / TRACES, p)
+    duration_s = p.units * p.source_period / 1e9
+    processes = [
+        {"name": name, "host": host, "pid": pid, "exit_code": 0, "stopped": "sigint"}
+        for name, host, pid in (("receiver", "rx", 200), ("sender", "tx", 100))
+    ]
+    run = {
+        "schema": RUN_SCHEMA,
+        "kind": "scenario",
+        "name": info.name,
+        "scenario": None,
+        "status": "ok",
+        "error": None,
+        "started_at": info.started_at,
+        "started_monotonic_ns": p.sender_base - 1_000 * MS,
+        "duration_s": duration_s,
+        "planned_duration_s": duration_s,
+        "trace": True,
+        "params": dict(info.params or {}),
+        "hosts": {},
+        "links": [],
+        "processes": processes,
+    }
+    write_json(out_dir / RUN_FILE, run)
+    write_json(out_dir / ENV_FILE, synthetic_env(info))
+    return result
+
+
+def synthetic_env(info: SyntheticRunInfo) -> dict[str, object]:
+    """env.json of a synthetic run."""
+    return {
+        "schema": ENV_SCHEMA,
+        "latlab_version": "0.1.0",
+        "gstreamer_version": info.gstreamer_version,
+        "kernel": info.kernel,
+        "hostname": info.hostname,
+        "python_version": "3.11.2",
+        "machine": "x86_64",
+        "cpu_count": 2,
+    }
+
+
+def make_sweep_dir(
+    out_dir: Path,
+    points: dict[str, tuple[dict[str, object], SyntheticRtpAudio, SyntheticRunInfo]],
+) -> list[Path]:
+    """A synthetic sweep directory: sweep.json and one run directory per point (``NAME``:
+    the point's variable values, its run's parameters and run.json facts); the points'
+    run directories, in order."""
+    names = list(points)
+    first = points[names[0]][2]
+    variables = sorted({key for values, _, _ in points.values() for key in values})
+    entries, dirs = [], []
+    for name, (values, params, info) in points.items():
+        run_dir = out_dir / POINTS_DIR / name
+        make_run_dir(run_dir, params, info)
+        dirs.append(run_dir)
+        entries.append(
+            {
+                "name": name,
+                "values": values,
+                "dir": f"{POINTS_DIR}/{name}",
+                "status": "ok",
+                "error": None,
+                "duration_s": params.units * params.source_period / 1e9,
+            }
+        )
+    write_json(out_dir / ENV_FILE, synthetic_env(first))
+    sweep = {
+        "schema": SWEEP_SCHEMA,
+        "name": first.name,
+        "scenario": None,
+        "status": "ok",
+        "started_at": first.started_at,
+        "finished_at": points[names[-1]][2].started_at,
+        "sweep": {
+            "mode": "product",
+            "variables": {
+                v: [values.get(v) for values, _, _ in points.values()] for v in variables
+            },
+        },
+        "points": entries,
+    }
+    write_json(out_dir / SWEEP_FILE, sweep)
+    return dirs
