@@ -390,6 +390,15 @@ def test_regression_is_compares_bootstrap_over_the_label_sets(duck: Engine, fixt
     assert row["a_units"] == len(a) and row["b_mean_ms"] == pytest.approx(direct["b"]["mean"])
 
 
+def test_where_narrows_both_sides_and_by_run_id_gives_each_run(duck: Engine) -> None:
+    same_day = Options(a=[("build", "41")], b=[("build", "42")], where=[("date", "2026-11-03")],
+                       resamples=100)  # fmt: skip
+    answer = ask(duck, "regression", same_day)
+    assert (answer.extra["runs_a"], answer.extra["runs_b"]) == (1, 1)
+    per_run = ask(duck, "percentiles", Options(by=["run_id"], where=[("build", "41")]))
+    assert [r["runs"] for r in per_run.rows] == [1, 1, 1]
+
+
 def test_sql_is_the_escape_hatch(duck: Engine) -> None:
     answer = sql_answer(
         duck, "SELECT scenario, count(*) AS n FROM runs GROUP BY scenario ORDER BY scenario"
@@ -410,6 +419,7 @@ def test_sql_is_the_escape_hatch(duck: Engine) -> None:
         ("regression", Options(a=[("build", "41")], b=[("build", "99")]), "no run of B"),
         ("percentiles", Options(stream="no such stream"), "--stream 'no such stream'"),
         ("why", Options(), "'why': not a question"),
+        ("percentiles", Options(by=["stream"]), "--by 'stream': the name of a column"),
     ],
 )
 def test_a_question_it_cannot_answer_is_one_line(

@@ -41,6 +41,7 @@ PERCENTILES = (("p50", "0.5"), ("p90", "0.9"), ("p99", "0.99"), ("p999", "0.999"
 PERIODS = {"hour": 13, "day": 10, "month": 7}  # characters of the ISO start kept
 EVERY = ("run", *PERIODS)
 SCHEMA = "latlab.query/1"
+ANSWER_COLUMNS = ("stream", "period", "run", "runs", "units")  # not --by keys
 
 
 @dataclass
@@ -105,6 +106,9 @@ def ask(engine: Engine, question: str, options: Options) -> Answer:
         raise DatasetError(f"{question!r}: not a question; ask one of {', '.join(QUESTIONS)}")
     if question == "regression":
         return regression(engine, options)
+    taken = [key for key in options.by if key in ANSWER_COLUMNS]
+    if taken:
+        raise DatasetError(f"--by {taken[0]!r}: the name of a column of the answer; not a key")
     _check_keys(engine, [k for k, _ in options.where] + options.by)
     _register_where(engine, "q_where", options.where)
     return {"runs": runs, "percentiles": percentiles, "trend": trend, "worst": worst}[question](
@@ -392,8 +396,6 @@ def worst(engine: Engine, options: Options) -> Answer:
     )
     table = engine.query(sql)
     rows = _stat_rows(table, {})
-    for row in rows:
-        row["unit_start_ms"] = row.pop("unit_start_ms")
     columns = [
         "value_ms",
         "run_id",
@@ -411,8 +413,8 @@ def worst(engine: Engine, options: Options) -> Answer:
         columns,
         rows,
         [
-            "open one: latlab report RUN_DIR (unit: its number in the stream's journeys; "
-            "unit_start_ms: its media position)"
+            "open one: latlab report RUN_DIR; its journey: latlab export RUN_DIR --perfetto "
+            "OUT.json, slices with args.unit = unit (unit_start_ms: its media position)"
         ],
     )
 
@@ -423,9 +425,11 @@ def worst(engine: Engine, options: Options) -> Answer:
 def _sides(engine: Engine, options: Options) -> None:
     if not options.a or not options.b:
         raise DatasetError("regression: give both label sets, e.g. --a build=41 --b build=42")
-    _check_keys(engine, [k for k, _ in options.a + options.b])
-    rows = [("a", k, v, len(options.a)) for k, v in options.a]
-    rows += [("b", k, v, len(options.b)) for k, v in options.b]
+    a = list(dict.fromkeys(options.a + options.where))  # --where holds on both sides
+    b = list(dict.fromkeys(options.b + options.where))
+    _check_keys(engine, [k for k, _ in a + b])
+    rows = [("a", k, v, len(a)) for k, v in a]
+    rows += [("b", k, v, len(b)) for k, v in b]
     engine.register(
         "q_sides",
         pa.table(
