@@ -896,9 +896,6 @@ impl Sfu {
                     }),
                     Some(layer) => slot.video.as_mut().and_then(|v| {
                         if v.target == Some(layer) && v.current != Some(layer) && info.keyframe {
-                            if v.current.is_some_and(|c| c > layer) || v.current.is_none() {
-                                v.last_down_ns = arrival_ns;
-                            }
                             v.current = Some(layer);
                             v.leg.rewrite.rebase(in_seq, in_ts, arrival_ns);
                             v.leg.rebase = false;
@@ -1093,9 +1090,13 @@ impl Sfu {
         }
         if wanted > 0 && self.before_mutation(sidx) {
             if let Some(peer) = self.peers[sidx].as_mut() {
+                // What the best layer needs with the choice's headroom (and a little
+                // more to probe for), and what the next layer up needs: padding up to
+                // that lets the estimate grow past it.
                 let audio = crate::forward::AUDIO_BPS;
-                let desired = (wanted * legs + audio).max(100_000);
-                let minimum = (next_up * legs + audio).min(desired);
+                let need = |bps: u64| (bps as f64 * crate::forward::HEADROOM) as u64 * legs + audio;
+                let desired = (need(wanted) + need(wanted) / 10).max(100_000);
+                let minimum = need(next_up).min(desired);
                 peer.rtc
                     .bwe()
                     .set_bitrate(Bitrate::bps(minimum), Bitrate::bps(desired));

@@ -1,0 +1,241 @@
+"""latlab-sfu (sfu/, issue 18), standalone: its white-box probes read back by the Python
+reader, and a three-layer simulcast call of headless Chromium through it.
+
+* Loopback (no root): latlab-sfu with ``--trace`` forwards ``latlab-sfu-load``'s light
+  participants (one publisher: Opus-sized audio and three VP8 layers; two subscribers);
+  the trace is complete, names its probes ``sfu/ingress`` and ``sfu/egress:NAME``, and
+  every ``fwd`` record leads back to an ``ingress`` record of the same source keys,
+  sent after it was received.
+* Chromium (root: a namespace): one publisher sending 1280x720/640x360/320x180 and Opus
+  from the fake devices, two subscribers, the page latlab-sfu serves at ``/`` (WHIP and
+  WHEP with fetch and RTCPeerConnection). Both subscribers decode video and reach the top
+  layer as their estimate grows; then one subscriber's browser is killed, the SFU drops
+  it (ICE consent stops) and the other keeps decoding.
+
+Every wait is on a line a program prints (the SFU's ``ready``, the load's ``ready`` and
+``summary``, the pages' getStats reports the SFU logs) with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from latlab.ingest.events import load_traces
+from latlab.ingest.trace_format import Kind
+from latlab.ingest.trace_reader import read_trace
+from latlab.tracer import BUILD_DIR
+
+SFU = BUILD_DIR / "latlab-sfu"
+LOAD = BUILD_DIR / "latlab-sfu-load"
+CHROMIUM = Path("/usr/lib/chromium/chromium")
+NONE = 0xFFFF_FFFF_FFFF_FFFF
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        not SFU.is_file() or not LOAD.is_file(),
+        reason="latlab-sfu not built (bash scripts/setup.sh)",
+    ),
+]
+
+
+class Lines:
+    """A child's lines (stdout or stderr), read by a thread, waited for with a deadline."""
+
+    def __init__(self, stream: object) -> None:
+        self.queue: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, args=(stream,), daemon=True).start()
+
+    def _read(self, stream: object) -> None:
+        for line in stream:  # type: ignore[attr-defined]
+            self.queue.put(line.rstrip("\n"))
+
+    def wait(self, match: object, timeout_s: float) -> str:
+        """The first line (from now on) for which ``match(line)`` is true."""
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self.queue.get(timeout=left)
+            except queue.Empty:
+                break
+            self.seen.append(line)
+            if match(line):  # type: ignore[operator]
+                return line
+        raise AssertionError(f"no matching line in {timeout_s:g} s; last: {self.seen[-5:]}")
+
+
+def start_sfu(argv_prefix: list[str], bind: str, http_port: int, udp_port: int,
+              *extra: str) -> tuple[subprocess.Popen, Lines, Lines]:  # fmt: skip
+    argv = [*argv_prefix, str(SFU), "--bind", bind, "--http-port", str(http_port),
+            "--udp-port", str(udp_port), *extra]  # fmt: skip
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = Lines(proc.stdout), Lines(proc.stderr)
+    ready = out.wait(lambda line: line.startswith("ready"), 10)
+    assert f"udp {bind}:{udp_port}" in ready
+    return proc, out, err
+
+
+def stop(proc: subprocess.Popen) -> int:
+    proc.send_signal(signal.SIGINT)
+    return proc.wait(timeout=10)
+
+
+@pytest.mark.timeout(120)
+def test_probes_round_trip_through_the_python_reader(tmp_path: Path) -> None:
+    trace_path = tmp_path / "sfu.lltrace"
+    port = 24000 + os.getpid() % 1000 * 2
+    sfu, _, err = start_sfu([], "127.0.0.1", port, port + 1, "--trace", str(trace_path))
+    try:
+        load = subprocess.run(
+            [str(LOAD), "--sfu", f"127.0.0.1:{port}", "--media", f"127.0.0.1:{port + 1}",
+             "--publishers", "1", "--subscribers", "2", "--seconds", "3", "--name", "rt"],
+            capture_output=True, text=True, timeout=60)  # fmt: skip
+    finally:
+        assert stop(sfu) == 0
+    assert load.returncode == 0, load.stderr
+    summary = json.loads(load.stdout.split("summary ", 1)[1])
+    assert summary["received_video"] > 100 and summary["received_audio"] > 200
+
+    trace = read_trace(trace_path)
+    assert trace.complete and not trace.problems and trace.dropped == 0
+    assert trace.info["kind"] == "sfu" and trace.info["tracer_version"].startswith("latlab-sfu")
+    pads = {(p.element, p.pad) for p in trace.pads.values()}
+    assert pads == {("ingress", ""), ("egress", "rt-sub0"), ("egress", "rt-sub1")}
+    ev = trace.events
+    ingress, fwd = ev[ev["kind"] == Kind.PUSH], ev[ev["kind"] == Kind.FWD]
+    assert len(fwd) > 2 * summary["received_audio"] // 2
+    # Every fwd record's source (SSRC, timestamp, seq) is an ingress record's keys, and
+    # it was sent after that packet's receive call returned.
+    key = lambda ssrc, ts, seq: (ssrc.astype(np.uint64) << 48) ^ (ts.astype(np.uint64) << 16) ^ seq  # noqa: E731
+    src_ssrc = (fwd["dts"] & 0xFFFF_FFFF).astype(np.uint32)
+    src_ts = (fwd["dts"] >> 32).astype(np.uint32)
+    known = np.isin(key(src_ssrc, src_ts, fwd["list_index"]),
+                    key(ingress["rtp_ssrc"], ingress["rtp_ts"], ingress["rtp_seq"]))  # fmt: skip
+    assert known.all(), f"{(~known).sum()} fwd records without their ingress"
+    dwell_ns = fwd["t_ns"].astype(np.int64) - fwd["offset_end"].astype(np.int64)
+    assert (dwell_ns > 0).all()
+    stamped = fwd["offset"] != NONE
+    assert stamped.mean() > 0.99, "the kernel stamps loopback datagrams"
+    assert (fwd["offset"][stamped] <= fwd["offset_end"][stamped]).all()
+    # The event table names the probes as DESIGN.md does.
+    table = load_traces([trace_path])
+    names = {p.name for p in table.probes}
+    assert names == {"sfu/ingress", "sfu/egress:rt-sub0", "sfu/egress:rt-sub1"}
+    assert "panic" not in "\n".join(err.seen)
+
+
+# --- headless Chromium in a namespace -----------------------------------------------------
+
+NS_ADDR = "10.253.{}.1"
+
+
+@pytest.fixture
+def namespace() -> Iterator[tuple[str, str]]:
+    """A network namespace with a veth pair up (two addresses; the SFU binds the first)."""
+    if os.geteuid() != 0 or not CHROMIUM.is_file():
+        pytest.skip("needs root (a namespace) and Chromium")
+    ns = f"llsfu{os.getpid()}"
+    net = os.getpid() % 250
+    addr = NS_ADDR.format(net)
+    run = lambda *a: subprocess.run(["ip", *a], check=True, timeout=10)  # noqa: E731
+    run("netns", "add", ns)
+    try:
+        run("-n", ns, "link", "set", "lo", "up")
+        run("-n", ns, "link", "add", "v0", "type", "veth", "peer", "name", "v1")
+        run("-n", ns, "addr", "add", f"{addr}/24", "dev", "v0")
+        run("-n", ns, "addr", "add", f"10.253.{net}.2/24", "dev", "v1")
+        run("-n", ns, "link", "set", "v0", "up")
+        run("-n", ns, "link", "set", "v1", "up")
+        yield ns, addr
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], timeout=10, check=False)
+
+
+def chromium(ns: str, url: str, origin: str, profile: Path) -> subprocess.Popen:
+    argv = ["ip", "netns", "exec", ns, str(CHROMIUM), "--headless", "--no-sandbox",
+            "--disable-gpu", "--use-fake-device-for-media-stream",
+            "--use-fake-ui-for-media-stream", "--disable-background-networking",
+            "--no-first-run", f"--user-data-dir={profile}",
+            "--autoplay-policy=no-user-gesture-required",
+            f"--unsafely-treat-insecure-origin-as-secure={origin}", url]  # fmt: skip
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)  # fmt: skip
+
+
+def report(line: str, name: str) -> dict | None:
+    """A page's getStats summary from the SFU's log line ``page NAME: {json}``."""
+    marker = f"page {name}: "
+    if marker not in line:
+        return None
+    try:
+        return json.loads(line.split(marker, 1)[1])
+    except ValueError:
+        return None
+
+
+def decoding(line: str, name: str, width: int) -> bool:
+    r = report(line, name)
+    return bool(r) and any(v["decoded"] > 0 and v["width"] >= width for v in r["video"])
+
+
+@pytest.mark.timeout(240)
+def test_chromium_simulcast_call_through_latlab_sfu(
+    tmp_path: Path, namespace: tuple[str, str]
+) -> None:
+    ns, addr = namespace
+    http_port, udp_port = 8089, 20000
+    origin = f"http://{addr}:{http_port}"
+    sfu, _, err = start_sfu(["ip", "netns", "exec", ns], addr, http_port, udp_port)
+    browsers: dict[str, subprocess.Popen] = {}
+    try:
+        page = f"{origin}/?room=call&report_ms=1000"
+        browsers["alice"] = chromium(ns, f"{page}&role=publish&name=alice", origin,
+                                     tmp_path / "alice")  # fmt: skip
+        err.wait(lambda line: "alice: connected" in line, 60)
+        for name in ("bob", "carol"):
+            browsers[name] = chromium(ns, f"{page}&role=subscribe&name={name}", origin,
+                                      tmp_path / name)  # fmt: skip
+        # The publisher sends three layers; each subscriber decodes, first whatever layer
+        # its first estimate affords, then 1280x720 (in 5-10 s in the first runs).
+        err.wait(lambda line: (r := report(line, "alice")) is not None
+                 and sorted(v["width"] for v in r["video"]) == [320, 640, 1280], 60)  # fmt: skip
+        for name in ("bob", "carol"):
+            err.wait(lambda line, n=name: decoding(line, n, 1), 60)
+        at_top = set()
+        deadline = time.monotonic() + 60
+        while at_top != {"bob", "carol"}:
+            line = err.wait(lambda line: "page " in line, deadline - time.monotonic())
+            at_top |= {n for n in ("bob", "carol") if decoding(line, n, 1280)}
+        ask = f"import urllib.request as u; print(u.urlopen('{origin}/stats').read().decode())"
+        answer = subprocess.run(["ip", "netns", "exec", ns, "python3", "-c", ask],
+                                capture_output=True, text=True, timeout=10, check=True)  # fmt: skip
+        stats = json.loads(answer.stdout)
+        assert stats["layer_switches"] >= 2 and stats["panics"] == 0
+        assert {leg["width"] for leg in stats["legs"]} == {1280}
+
+        # carol's browser dies: the SFU notices (no ICE consent for 15 s) and drops her;
+        # bob keeps decoding meanwhile.
+        os.killpg(browsers.pop("carol").pid, signal.SIGKILL)
+        before = report(err.wait(lambda line: decoding(line, "bob", 1280), 10), "bob")
+        err.wait(lambda line: "carol: left" in line, 40)  # 14.8 s in the first run
+        after = report(err.wait(lambda line: decoding(line, "bob", 1280), 10), "bob")
+        assert after["video"][0]["decoded"] > before["video"][0]["decoded"] + 100
+    finally:
+        for proc in browsers.values():
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        code = stop(sfu)
+    assert code == 0
+    assert not [line for line in err.seen if "panic" in line]
