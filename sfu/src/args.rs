@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 pub const USAGE: &str = "usage: latlab-sfu --bind IPV4 [--http-port N] [--udp-port N] \
                          [--trace FILE] [--batch N] [--no-batch] [--no-pool] [--no-gso] \
-                         [--pace] [--max-peers N] [--bwe-initial-kbps N] [--log LEVEL]";
+                         [--pace] [--timer-slack-us N] [--max-peers N] [--bwe-initial-kbps N] \
+                         [--log LEVEL]";
 
 /// What the SFU was asked to do.
 #[derive(Clone, Debug, PartialEq)]
@@ -26,6 +27,9 @@ pub struct Config {
     pub gso: bool,
     /// Pace forwarded video through str0m's leaky bucket (off: sent as it arrives).
     pub pace: bool,
+    /// How late a timer may be serviced, so that timers due close together (and packets)
+    /// share one wake-up (ns).
+    pub timer_slack_ns: u64,
     /// Peers (publishers and subscribers) at most; more are refused with 503.
     pub max_peers: usize,
     /// A subscriber leg's first bandwidth estimate, before TWCC feedback says more.
@@ -45,6 +49,7 @@ impl Default for Config {
             pool: true,
             gso: true,
             pace: false,
+            timer_slack_ns: 2_000_000,
             max_peers: 256,
             bwe_initial_kbps: 1000,
             log: log::LevelFilter::Info,
@@ -100,6 +105,14 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Config, String> {
             "--no-pool" => c.pool = false,
             "--no-gso" => c.gso = false,
             "--pace" => c.pace = true,
+            "--timer-slack-us" => {
+                let v = value()?;
+                let n: u64 = number(&flag, &v, "a number")?;
+                if n > 20_000 {
+                    return Err(format!("--timer-slack-us: {n} is more than 20000"));
+                }
+                c.timer_slack_ns = n * 1000;
+            }
             "--max-peers" => {
                 let v = value()?;
                 let n: usize = number(&flag, &v, "a number")?;

@@ -28,7 +28,7 @@ use str0m::format::Codec;
 use str0m::media::{KeyframeRequestKind, MediaKind, Mid, Pt};
 use str0m::net::{Protocol, Receive};
 use str0m::rtp::{ExtensionValues, RtpPacket, RtpWrite, SeqNo, Ssrc, Vp8Descriptor};
-use str0m::{Candidate, Event, IceConnectionState, Input, Output, Rtc, RtcConfig};
+use str0m::{Candidate, Event, IceConnectionState, Input, Output, Reason, Rtc, RtcConfig};
 
 use crate::args::Config;
 use crate::forward::{choose_layer, vp8_info, LayerRate, PictureIds, Rewrite, Vp8Info};
@@ -50,6 +50,9 @@ const MAX_LAYERS: usize = 4;
 const MAX_SLOTS: usize = 16;
 /// Sequence numbers remembered per leg for its probe records.
 const PROBE_MAP: usize = 1024;
+/// Timer rounds per loop iteration at most (a key frame's burst to a leg takes one round
+/// per packet); what is left waits for the next iteration, which does not sleep.
+const MAX_TIMER_ROUNDS: usize = 256;
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -155,6 +158,8 @@ struct Peer {
     rtc: Rtc,
     role: Role,
     deadline: Instant,
+    /// The deadline may be serviced late by the timer slack (not a pacer's).
+    slack: bool,
     created: Instant,
     connected: bool,
     dead: bool,
@@ -315,18 +320,29 @@ impl Sfu {
         Ok(())
     }
 
+    /// When to wake up next: the earliest deadline any peer asked for, plus the timer
+    /// slack, so that the timers due within it (and the packets arriving meanwhile) are
+    /// serviced in one wake-up.
     fn next_deadline(&self) -> Option<Instant> {
-        self.peers
+        let slack = Duration::from_nanos(self.cfg.timer_slack_ns);
+        let earliest = self
+            .peers
             .iter()
             .flatten()
             .map(|p| {
-                if p.connected {
-                    p.deadline
+                let due = if p.slack {
+                    p.deadline + slack
                 } else {
-                    p.deadline.min(p.created + CONNECT_TIMEOUT)
+                    p.deadline
+                };
+                if p.connected {
+                    due
+                } else {
+                    due.min(p.created + CONNECT_TIMEOUT)
                 }
             })
-            .min()
+            .min()?;
+        Some(earliest)
     }
 
     // ---- datagrams ----------------------------------------------------------------
@@ -460,6 +476,10 @@ impl Sfu {
             match out {
                 Output::Timeout(t) => {
                     peer.deadline = t;
+                    peer.slack = !matches!(
+                        peer.rtc.last_timeout_reason(),
+                        Reason::Pacer(_) | Reason::SendStream | Reason::Packetize
+                    );
                     break;
                 }
                 Output::Transmit(t) => self.transmit(idx, t.destination, &t.contents),
@@ -567,9 +587,10 @@ impl Sfu {
     // ---- timers -------------------------------------------------------------------
 
     fn run_timers(&mut self) {
-        // Rounds: a timeout's output can make another peer due at once (a forwarded
-        // packet waits for its leg's pacer to hand it out).
-        for _ in 0..4 {
+        // Rounds: a timeout's output can make a peer due at once again. With a bandwidth
+        // estimator str0m's pacer hands out one packet per timeout, so a burst of N
+        // packets to a leg takes N rounds; they run here, without sleeping in between.
+        for _ in 0..MAX_TIMER_ROUNDS {
             let now = Instant::now();
             let mut any = false;
             for idx in 0..self.peers.len() {
@@ -1309,6 +1330,7 @@ impl Sfu {
             rtc,
             role,
             deadline,
+            slack: false,
             created: now,
             connected: false,
             dead: false,

@@ -3,7 +3,8 @@
 //! ```text
 //! latlab-sfu --bind IPV4 [--http-port N] [--udp-port N] [--trace FILE]
 //!            [--batch N] [--no-batch] [--no-pool] [--no-gso] [--max-peers N]
-//!            [--bwe-initial-kbps N] [--log LEVEL]
+//!            [--pace] [--bwe-initial-kbps N] [--log LEVEL]
+//! latlab-sfu --version
 //! ```
 //!
 //! WebRTC through str0m in RTP mode: publishers join a room with WHIP
@@ -80,6 +81,10 @@ fn run(cfg: args::Config) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("--version") {
+        println!("latlab-sfu {} (str0m 0.25)", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
     let cfg = match args::parse(std::env::args().skip(1)) {
         Ok(cfg) => cfg,
         Err(message) => {
