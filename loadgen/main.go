@@ -399,6 +399,10 @@ func (lg *loadgen) snapshot(kind string) report {
 	r := report{Type: kind, SFU: lg.cfg.sfu, MonoNs: monotonicNs(),
 		ElapsedS: round3(time.Since(lg.started).Seconds()), CPUs: cpuSeconds(), Ready: ready,
 		Publishers: len(lg.pubs), Subscrs: len(lg.subs), Totals: map[string]uint64{}}
+	for _, key := range []string{"sent_packets", "sent_bytes", "received_packets",
+		"received_bytes", "lost", "nacks_sent", "plis_sent", "nacks_received", "plis_received"} {
+		r.Totals[key] = 0
+	}
 	if ready {
 		r.ReadyS = &readyAt
 	}

@@ -104,7 +104,7 @@ def test_ready_once_then_a_summary_and_a_clean_exit_on_sigint(load_run: tuple[Pa
 def test_every_subscriber_gets_every_publishers_packets(load_run: tuple[Path, Path]) -> None:
     """From the first stats line after ready to the summary, each subscriber track got
     exactly what its publisher sent in the same time (a frame's packets may be in flight
-    at the instant of a count: 3 packets allowed; 0 differed in the runs so far), and
+    at the instant of a count: 3 packets allowed; 0 differed in five runs), and
     nothing was lost on the veth."""
     out, stats = load_run
     reports = [json.loads(line) for line in stats.read_text().splitlines()]
