@@ -178,6 +178,7 @@ type publisher struct {
 // boundTrack is a TrackLocalStaticRTP that says when a PeerConnection bound it.
 type boundTrack struct {
 	*webrtc.TrackLocalStaticRTP
+	stat  *trackStats // its SSRC is the binding's
 	bound chan struct{}
 	once  sync.Once
 }
@@ -185,34 +186,35 @@ type boundTrack struct {
 func (t *boundTrack) Bind(ctx webrtc.TrackLocalContext) (webrtc.RTPCodecParameters, error) {
 	codec, err := t.TrackLocalStaticRTP.Bind(ctx)
 	if err == nil {
+		t.stat.ssrc.Store(uint32(ctx.SSRC()))
 		t.once.Do(func() { close(t.bound) })
 	}
 	return codec, err
 }
 
-func newBoundTrack(c webrtc.RTPCodecCapability, id, stream string) (*boundTrack, error) {
+func newBoundTrack(c webrtc.RTPCodecCapability, id, stream string, stat *trackStats) (*boundTrack, error) {
 	t, err := webrtc.NewTrackLocalStaticRTP(c, id, stream)
 	if err != nil {
 		return nil, err
 	}
-	return &boundTrack{TrackLocalStaticRTP: t, bound: make(chan struct{})}, nil
+	return &boundTrack{TrackLocalStaticRTP: t, stat: stat, bound: make(chan struct{})}, nil
 }
 
 func newPublisher(p *participant, count int, m *media) (*publisher, error) {
 	pub := &publisher{p: p, count: count, media: m, connected: make(chan struct{}), sending: make(chan struct{})}
 	var err error
 	if m.video != nil {
-		if pub.video, err = newBoundTrack(vp8Codec, "video", p.name); err != nil {
+		pub.videoStat = &trackStats{kind: "video"}
+		if pub.video, err = newBoundTrack(vp8Codec, "video", p.name, pub.videoStat); err != nil {
 			return nil, err
 		}
-		pub.videoStat = &trackStats{kind: "video"}
 		p.addTrack(pub.videoStat)
 	}
 	if m.audio != nil {
-		if pub.audio, err = newBoundTrack(opusCodec, "audio", p.name); err != nil {
+		pub.audStat = &trackStats{kind: "audio"}
+		if pub.audio, err = newBoundTrack(opusCodec, "audio", p.name, pub.audStat); err != nil {
 			return nil, err
 		}
-		pub.audStat = &trackStats{kind: "audio"}
 		p.addTrack(pub.audStat)
 	}
 	return pub, nil

@@ -257,6 +257,9 @@ func TestWHIPAndWHEPRoundTripThroughAForwarder(t *testing.T) {
 	for _, p := range summary.Parts[:2] {
 		for _, tr := range p.Tracks {
 			sent[p.Name+"/"+tr.Kind] = tr.Packets
+			if tr.SSRC == 0 {
+				t.Errorf("%s's %s track has no SSRC in the summary", p.Name, tr.Kind)
+			}
 		}
 	}
 	for _, p := range summary.Parts[2:] {
