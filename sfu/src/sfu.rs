@@ -1080,7 +1080,7 @@ impl Sfu {
                     })
                     .map(|r| r.bps)
                     .min()
-                    .unwrap_or(rates[choice].bps),
+                    .unwrap_or(0), // at the top: nothing to probe for
             );
             let current = v.current;
             let Some(Peer {
@@ -1117,7 +1117,11 @@ impl Sfu {
                 let audio = crate::forward::AUDIO_BPS;
                 let need = |bps: u64| (bps as f64 * crate::forward::HEADROOM) as u64 * legs + audio;
                 let desired = (need(wanted) + need(wanted) / 10).max(100_000);
-                let minimum = need(next_up).min(desired);
+                let minimum = if next_up > 0 {
+                    need(next_up).min(desired)
+                } else {
+                    0
+                };
                 peer.rtc
                     .bwe()
                     .set_bitrate(Bitrate::bps(minimum), Bitrate::bps(desired));

@@ -34,8 +34,8 @@ from latlab.lab.sfu.livekit import CLIENT_BUNDLE
 WWW = Path(__file__).resolve().parent / "www"
 JANUS_JS = Path("/usr/share/javascript/janus-gateway/janus.js")  # Debian's janus-demos
 ASSETS = {
-    **{name: WWW / name for name in ("index.html", "sfu.html", "livekit.html", "page.js",
-                                     "room.js", "frames.js", "transform.js",
+    **{name: WWW / name for name in ("index.html", "sfu.html", "livekit.html", "whip.html",
+                                     "page.js", "room.js", "frames.js", "transform.js",
                                      "tap-worklet.js")},
     "janus.js": JANUS_JS,
     "livekit-client.js": CLIENT_BUNDLE,  # bundled by scripts/setup.sh

@@ -89,7 +89,7 @@ JitterDist = Literal["uniform", "normal", "pareto"]
 LossModel = Literal["bernoulli", "gilbert-elliott"]
 Direction = Literal["forward", "reverse", "both"]
 DeviceServer = Literal["jack", "pulse"]
-SfuServer = Literal["janus", "livekit"]
+SfuServer = Literal["janus", "livekit", "latlab"]
 Browser = Literal["chromium"]
 WebrtcPeer = Literal["gstreamer"]
 WEBRTC_JITTERBUFFER_MAX_MS = 1_000_000  # webrtcbin takes any; beyond 1000 s is a typo
@@ -292,9 +292,9 @@ class DeviceTable(Table):
 
 
 class SfuTable(Table):
-    """A ``[sfus.NAME]`` table: an SFU ``server`` (Janus's videoroom, LiveKit) on ``host``,
-    at most one per host, its HTTP API (LiveKit: its signalling) on ``http_port`` (by
-    default the server's usual port); ``cost = true`` counts its CPU time, context
+    """A ``[sfus.NAME]`` table: an SFU ``server`` (Janus's videoroom, LiveKit, latlab-sfu)
+    on ``host``, at most one per host, its HTTP API (LiveKit: its signalling) on
+    ``http_port`` (by default the server's usual port); ``cost = true`` counts its CPU time, context
     switches and syscalls (perf) idle for ``cost_idle_s``, then under load."""
 
     host: Text

@@ -233,15 +233,15 @@ class Room:
         return (*self.publishers, *self.subscribers)
 
 
-SFU_HTTP_PORTS = {"janus": 8088, "livekit": 7880}  # each server's usual HTTP port
+SFU_HTTP_PORTS = {"janus": 8088, "livekit": 7880, "latlab": 8089}  # each one's usual port
 
 
 @dataclass(frozen=True)
 class Sfu:
     """An SFU on a host: ``server`` ("janus": Janus's videoroom, "livekit": LiveKit server,
-    started by latlab with a configuration it writes), its HTTP API on ``http_port`` of
-    the host's address; ``cost``: count it with perf, idle for ``cost_idle_s`` before the
-    processes start."""
+    "latlab": latlab-sfu; started by latlab, with a configuration it writes where there is
+    one), its HTTP API on ``http_port`` of the host's address; ``cost``: count it with
+    perf, idle for ``cost_idle_s`` before the processes start."""
 
     name: str
     host: str

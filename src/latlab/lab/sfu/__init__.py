@@ -3,8 +3,8 @@
 :mod:`latlab.lab.sfu.base` holds what every server shares (configuration in ``sfus/NAME/``,
 start, readiness probe, watch, stop, run.json); each server kind is one module with one
 :class:`~latlab.lab.sfu.base.SfuServer` subclass, registered in :data:`SERVERS` under the
-scenario's ``server`` value: Janus's videoroom (:mod:`latlab.lab.sfu.janus`) and LiveKit
-(:mod:`latlab.lab.sfu.livekit`).
+scenario's ``server`` value: Janus's videoroom (:mod:`latlab.lab.sfu.janus`), LiveKit
+(:mod:`latlab.lab.sfu.livekit`) and latlab's own latlab-sfu (:mod:`latlab.lab.sfu.latlab`).
 """
 
 from __future__ import annotations
@@ -16,15 +16,17 @@ from pathlib import Path
 from latlab.lab.scenario import Sfu
 from latlab.lab.sfu.base import SfuError, SfuServer, Wrap, links_running, listening_sockets
 from latlab.lab.sfu.janus import ROOM, VIDEOROOM, JanusServer
+from latlab.lab.sfu.latlab import LatlabServer
 from latlab.lab.sfu.livekit import LiveKitServer
 
 SERVERS: dict[str, type[SfuServer]] = {
     JanusServer.kind: JanusServer,
     LiveKitServer.kind: LiveKitServer,
+    LatlabServer.kind: LatlabServer,
 }
 
-__all__ = ["ROOM", "SERVERS", "VIDEOROOM", "JanusServer", "LiveKitServer", "SfuError",
-           "SfuServer", "links_running", "listening_sockets", "sfu_server"]  # fmt: skip
+__all__ = ["ROOM", "SERVERS", "VIDEOROOM", "JanusServer", "LatlabServer", "LiveKitServer",
+           "SfuError", "SfuServer", "links_running", "listening_sockets", "sfu_server"]  # fmt: skip
 
 
 def sfu_server(
