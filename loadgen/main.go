@@ -305,7 +305,7 @@ func (lg *loadgen) setUp(ctx, media context.Context, ready chan<- struct{}) {
 			defer wg.Done()
 			fail := func(err error) { lg.fail(pub.p, err) }
 			if err := lg.drv.publish(ctx, pub, fail); err != nil {
-				fail(err)
+				lg.setupFailed(ctx, pub.p, err)
 				return
 			}
 			go pub.run(media)
@@ -328,7 +328,7 @@ func (lg *loadgen) setUp(ctx, media context.Context, ready chan<- struct{}) {
 			defer wg.Done()
 			fail := func(err error) { lg.fail(sub.p, err) }
 			if err := lg.drv.subscribe(ctx, sub, lg.pubs, fail); err != nil {
-				fail(err)
+				lg.setupFailed(ctx, sub.p, err)
 				return
 			}
 			select {
@@ -348,6 +348,14 @@ func (lg *loadgen) setUp(ctx, media context.Context, ready chan<- struct{}) {
 		}
 	}
 	close(ready)
+}
+
+// setupFailed reports a participant's signalling error, unless the set-up ran out of
+// time: then the ready timeout's line says who was not ready and what it was doing.
+func (lg *loadgen) setupFailed(ctx context.Context, p *participant, err error) {
+	if ctx.Err() == nil {
+		lg.fail(p, err)
+	}
 }
 
 func (p *participant) isReady() bool {
