@@ -15,6 +15,7 @@ from latlab.errors import EnvironmentProblem
 from latlab.lab.scenario import Room, parse_scenario
 from latlab.lab.sfu import SERVERS, JanusServer, LiveKitServer, livekit
 from latlab.lab.sfu.janus import feed_id
+from latlab.lab.sfu.latlab import LatlabServer
 from latlab.lab.sfu.livekit import (
     RTC_UDP_PORT,
     access_token,
@@ -48,7 +49,8 @@ publishers = ["alice"]
 
 
 def test_every_scenario_server_has_its_class() -> None:
-    assert dict(SERVERS) == {"janus": JanusServer, "livekit": LiveKitServer}
+    assert dict(SERVERS) == {"janus": JanusServer, "livekit": LiveKitServer,
+                             "latlab": LatlabServer}  # fmt: skip
 
 
 @pytest.mark.parametrize(("server", "port"), [("janus", 8088), ("livekit", 7880)])
