@@ -11,6 +11,7 @@ import pytest
 
 from latlab.analysis.forwarding import (
     AMBIGUOUS,
+    EDGE,
     MATCHED,
     UNMATCHED,
     Packets,
@@ -94,7 +95,8 @@ def test_a_packet_no_pattern_can_tell_apart_is_ambiguous_not_guessed() -> None:
     ingress = {k: v[order] for k, v in ingress.items()}
     egress = {**one, "t_ns": t + 1_000_000, "stream": np.full(n, 5)}
     result = match_forwarded(_packets(ingress), _packets(egress))
-    assert result.counts() == {"matched": 0, "unmatched": 0, "ambiguous": n, "repeat": 0}
+    assert result.counts() == {"matched": 0, "unmatched": 0, "ambiguous": n, "repeat": 0,
+                               "edge": 0}  # fmt: skip
     assert (result.status == AMBIGUOUS).all()
 
 
@@ -115,6 +117,30 @@ def test_packets_the_sfu_made_itself_stay_unmatched() -> None:
     assert (result.status[merged["stream"] == 12] == UNMATCHED).all()
     counts = result.counts(merged["stream"] != 12)
     assert counts["matched"] == int((truth == MATCHED).sum())
+
+
+def test_packets_the_sfu_made_at_a_legs_start_and_end_are_its_edge() -> None:
+    """An SFU's own packets on a forwarding leg (LiveKit: blank key frames before the
+    publisher's first, silent frames after its last) are at the leg's edge; one of them
+    amid forwarded packets stays unmatched."""
+    run = sfu_traffic(seconds=2, seed=4)
+    ingress = {k: getattr(run.ingress, k) for k in _FIELDS}
+    egress = {k: getattr(run.egress, k) for k in _FIELDS}
+    leg = egress["stream"][0]
+    on_leg = np.flatnonzero(egress["stream"] == leg)
+    start, end = egress["t_ns"][on_leg[0]], egress["t_ns"][on_leg[-1]]
+    middle = egress["t_ns"][on_leg[len(on_leg) // 2]] + 1
+    times = np.array([start - 300, start - 200, start - 100, middle, end + 100, end + 200])
+    own = {"t_ns": times, "stream": np.full(6, leg), "seq": np.arange(6) + 60000,
+           "ts": np.full(6, 7), "marker": np.ones(6, bool),
+           "payload_len": np.full(6, 1401)}  # fmt: skip
+    merged = {k: np.concatenate([egress[k], own[k]]) for k in egress}
+    order = np.argsort(merged["t_ns"], kind="stable")
+    merged = {k: v[order] for k, v in merged.items()}
+    result = match_forwarded(_packets(ingress), _packets(merged))
+    mine = np.flatnonzero(merged["payload_len"] == 1401)
+    assert list(result.status[mine]) == [EDGE, EDGE, EDGE, UNMATCHED, EDGE, EDGE]
+    assert result.counts()["matched"] == int((run.status == MATCHED).sum())
 
 
 @pytest.mark.parametrize("n", [0, 1])

@@ -47,9 +47,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-MATCHED, UNMATCHED, AMBIGUOUS, REPEAT = 0, 1, 2, 3
+MATCHED, UNMATCHED, AMBIGUOUS, REPEAT, EDGE = 0, 1, 2, 3, 4
 STATUS_NAMES = {MATCHED: "matched", UNMATCHED: "unmatched", AMBIGUOUS: "ambiguous",
-                REPEAT: "repeat"}  # fmt: skip
+                REPEAT: "repeat", EDGE: "edge"}  # fmt: skip
 DEFAULT_WINDOW_NS = 500_000_000
 DEFAULT_MIN_EPOCH = 8
 NEIGHBOURS = 8  # packets each side of an egress packet on its stream that vote on its key
@@ -123,6 +123,7 @@ def match_forwarded(
     _unless_frame_holds(ingress, egress, uniq, (status, ingress_index, winner))
     _match_frames(ingress, egress, pairs, uniq, min_epoch, (status, ingress_index, winner))
     _mark_repeats(status, ingress_index, egress.stream)
+    _mark_edges(status, egress.stream)
     dwell = np.full(len(egress), -1, dtype=np.int64)
     ok = status == MATCHED
     dwell[ok] = egress.t_ns[ok] - ingress.t_ns[ingress_index[ok]]
@@ -350,6 +351,26 @@ def _mark_repeats(status: np.ndarray, ingress_index: np.ndarray, stream: np.ndar
         ingress_index[ranked][1:] == ingress_index[ranked][:-1]
     )
     status[ranked[1:][same]] = REPEAT
+
+
+def _mark_edges(status: np.ndarray, stream: np.ndarray) -> None:
+    """Unmatched packets of a leg before its first or after its last matched one are at its
+    *edge*: no ingress packet explains them because the SFU made them itself (LiveKit sends
+    a new subscriber blank VP8 key frames until the publisher's arrive, and silent Opus
+    frames when a publisher leaves), or because their source fell outside the capture.
+    Unmatched packets between two matched ones stay unmatched, and so does every packet of
+    a leg none of whose packets matched. Egress is in time order."""
+    if not len(status):
+        return
+    order = np.argsort(stream, kind="stable")  # per leg, in time order
+    _, starts = np.unique(stream[order], return_index=True)
+    leg = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(order)]))
+    position = np.arange(len(order))
+    matched = status[order] == MATCHED
+    first = np.minimum.reduceat(np.where(matched, position, len(order)), starts)[leg]
+    last = np.maximum.reduceat(np.where(matched, position, -1), starts)[leg]
+    edge = (status[order] == UNMATCHED) & (last >= 0) & ((position < first) | (position > last))
+    status[order[edge]] = EDGE
 
 
 def _epochs(

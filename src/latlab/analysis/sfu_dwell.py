@@ -22,7 +22,14 @@ import numpy as np
 import pyarrow as pa
 
 from latlab import rundir
-from latlab.analysis.forwarding import MATCHED, Forwarding, Packets, match_forwarded
+from latlab.analysis.forwarding import (
+    EDGE,
+    MATCHED,
+    STATUS_NAMES,
+    Forwarding,
+    Packets,
+    match_forwarded,
+)
 from latlab.analysis.stats import describe
 from latlab.ingest.link_log import LinkLog, LinkLogError, read_link_log
 
@@ -152,8 +159,11 @@ def _layers(streams: list[dict[str, Any]], ingress: Packets, kinds: np.ndarray) 
 
 
 def _rate(forwarding: Forwarding, n: int) -> float | None:
+    """Matched among the forwarded packets: every egress packet but those at a leg's edge
+    (the SFU's own, ``forwarding.EDGE``), which forwarded nothing."""
     matched = int((forwarding.status == MATCHED).sum())
-    return round(matched / n, 6) if n else None
+    forwarded = n - int((forwarding.status == EDGE).sum())
+    return round(matched / forwarded, 6) if forwarded else None
 
 
 def _packet_rates(ingress: Packets, egress: Packets) -> dict[str, float | None]:
@@ -267,7 +277,7 @@ def _table(host: str, m: _Matched) -> pa.Table:
     source = _source_stream(forwarding, ingress)
     addr = np.array([s["addr"] for s in streams] + [""], dtype=object)
     ssrc = np.array([s["ssrc"] for s in streams] + [0], dtype=np.int64)
-    status_name = np.array(["matched", "unmatched", "ambiguous", "repeat"], dtype=object)
+    status_name = np.array(list(STATUS_NAMES.values()), dtype=object)
     return pa.table({
         "host": pa.array([host] * len(egress), pa.string()),
         "to": pa.array(addr[egress.stream], pa.string()),

@@ -21,6 +21,13 @@ def forwarding_views(forwarding: dict[str, Any]) -> list[Any]:
     return [_host_view(host, box) for host, box in sorted(forwarding.items())]
 
 
+def _edge_text(box: dict[str, Any]) -> str:
+    """The packets at a leg's edge, when there are any (older summaries have none)."""
+    edge = box.get("edge", 0)
+    return (f", {edge} the SFU's own at a leg's start or end (no source; not in the rate)"
+            if edge else "")  # fmt: skip
+
+
 def _host_view(host: str, box: dict[str, Any]) -> Group:
     if box.get("error"):
         return Group(Text(f"forwarded inside {host}: {box['error']}", style="yellow"))
@@ -29,7 +36,7 @@ def _host_view(host: str, box: dict[str, Any]) -> Group:
              f"{box['matched']} of {box['forwarded']} egress RTP packets matched"
              + (f" ({100 * rate:.1f} %)" if rate is not None else "")
              + f", {box['ambiguous']} ambiguous, {box['unmatched']} unmatched, "
-             f"{box['repeat']} repeats")  # fmt: skip
+             f"{box['repeat']} repeats" + _edge_text(box))  # fmt: skip
     table = FitTable(title=title, title_justify="left", header_style="bold")
     table.add_column("leg (to)", fold=True)
     table.add_column("source", fold=True)

@@ -234,7 +234,8 @@ def forwarding_section(host: str, box: dict[str, Any], costs: dict[str, Any]) ->
              "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")  # fmt: skip
     intro = (f"<p>{box['matched']} of {box['forwarded']} egress RTP packets matched to "
              f"their source ({box['ambiguous']} ambiguous, {box['unmatched']} unmatched, "
-             f"{box['repeat']} repeats); one kernel clock for ingress and egress.</p>")  # fmt: skip
+             f"{box['repeat']} repeats, {box.get('edge', 0)} the SFU's own at a leg's start "
+             "or end); one kernel clock for ingress and egress.</p>")  # fmt: skip
     parts = [head, intro, table]
     parts += [f"<p>{esc(host)} capture: {esc(p)}</p>" for p in box["problems"]]
     for name, cost in sorted(costs.items()):
