@@ -31,7 +31,8 @@ import (
 const usage = `usage: latlab-loadgen --sfu janus|livekit|whip --url URL [--room ROOM]
   --publishers N --subscribers M [--video FILE.ivf] [--audio FILE.ogg] --ice-ip IPV4
   [--key K --secret S] [--whip URL --whep URL] [--ready-timeout 30s]
-  [--stats FILE.jsonl] [--name PREFIX]`
+  [--stats FILE.jsonl] [--name PREFIX]
+The secret may come from LATLAB_LOADGEN_SECRET instead of --secret.`
 
 // leaveBudget bounds leaving the room at the end: the summary follows within 2 s.
 const leaveBudget = 1500 * time.Millisecond
@@ -47,6 +48,10 @@ type config struct {
 	stats                   string
 	name                    string
 }
+
+// secretVariable may hold LiveKit's API secret instead of --secret, which every user of
+// the machine could read in the process list.
+const secretVariable = "LATLAB_LOADGEN_SECRET"
 
 func parseArgs(args []string) (*config, error) {
 	cfg := &config{}
@@ -82,8 +87,11 @@ func parseArgs(args []string) (*config, error) {
 			cfg.room = "1234"
 		}
 	case "livekit":
+		if cfg.secret == "" {
+			cfg.secret = os.Getenv(secretVariable)
+		}
 		if cfg.key == "" || cfg.secret == "" {
-			return nil, errors.New("--sfu livekit needs --key and --secret (the server's API key)")
+			return nil, errors.New("--sfu livekit needs --key and --secret or " + secretVariable + " (the server's API key)")
 		}
 	case "whip":
 		if cfg.whip == "" || cfg.whep == "" {

@@ -36,7 +36,8 @@ E2E_PROGRAMS = frozenset(
     {
         "ip", "tc", "nsenter", "unshare", "jackd", "pulseaudio",
         "chromium", "linux.uml", "qemu-system-x86_64", "latlab-linkemu", "latlab-kuprobe",
-        "latlab-capture", "latlab-relay", "janus", "perf",
+        "latlab-capture", "latlab-relay", "janus", "perf", "livekit-server",
+        "latlab-loadgen", "latlab-sfu",
     }
 )  # fmt: skip
 

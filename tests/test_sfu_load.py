@@ -9,22 +9,25 @@ from typing import Any
 from rich.console import Console
 
 from latlab.analysis.sfu_load import knee, load_rows
-from latlab.report.sfu_load import knee_line, sfu_load_table
+from latlab.report.sfu_load import knee_lines, sfu_comparison_table, sfu_load_table
 
 
 def _point(pubs: int, out_per_s: float, p99: float, not_fwd: float, busy: float,
-           sfu_cpu: float = 20.0, load_cpu: float = 30.0) -> dict[str, Any]:  # fmt: skip
+           sfu_cpu: float = 20.0, load_cpu: float = 30.0, server: str = "janus",
+           cpu_us: float = 50.0) -> dict[str, Any]:  # fmt: skip
+    values: dict[str, Any] = {"pubs": pubs} if server == "janus" else {"sfu": server, "pubs": pubs}
     return {
-        "name": f"pubs={pubs}", "status": "ok", "values": {"pubs": pubs},
+        "name": f"pubs={pubs}", "status": "ok", "values": values,
+        "sfus": {"sfu": {"server": server, "host": "sfu"}},
         "forwarding": {"sfu": {
             "received_per_s": out_per_s / 3, "forwarded_per_s": out_per_s,
             "not_forwarded": {"rate": not_fwd}, "match_rate": 1.0,
             "dwell": {"p50_ms": 0.3, "p99_ms": p99},
         }},
-        "costs": {"janus": {"host": "sfu", "per_packet": {"cpu_us": 50.0, "syscalls": 4.0,
+        "costs": {"sfu": {"host": "sfu", "per_packet": {"cpu_us": cpu_us, "syscalls": 4.0,
                                                            "context_switches": 1.5}}},
         "loads": {"crowd": {"expected": 1000, "lost": 0}},
-        "resources": {"cpu_pct": {"janus": sfu_cpu, "crowd": load_cpu},
+        "resources": {"cpu_pct": {"sfu": sfu_cpu, "crowd": load_cpu},
                       "system": {"cpu_busy_pct_mean": busy, "cpus": 2}},
     }  # fmt: skip
 
@@ -58,7 +61,7 @@ def test_no_knee_when_every_point_keeps_up_and_none_without_an_sfu() -> None:
     points = [_point(1, 1000, 1.0, 0.0, 30.0), _point(2, 2000, 1.1, 0.0, 60.0)]
     sweep = {"name": "s", "sweep": {"variables": {"pubs": [1, 2]}}, "points": points}
     assert (
-        knee_line(sweep)
+        knee_lines(sweep)[0]
         == "knee: none up to 2000 packets/s forwarded (point pubs=2): every point kept up"
     )
     assert knee(load_rows([{"name": "x", "status": "ok", "streams": []}])) is None
@@ -75,3 +78,30 @@ def test_the_table_fits_80_columns() -> None:
     lines = out.getvalue().splitlines()
     assert max(len(line) for line in lines) <= 80
     assert any("6000" in line and "5.00" in line for line in lines)
+
+
+def test_two_sfus_compared_at_the_heaviest_load_both_kept_up_with() -> None:
+    def both(server: str, cpu_us: float, at_8: float) -> list[dict[str, Any]]:
+        points = [_point(1, 1000, 1.0, 0.0, 30.0, server=server, cpu_us=cpu_us),
+                  _point(4, 4000, 1.5, 0.0, 90.0, server=server, cpu_us=cpu_us),
+                  _point(8, 8000, 1.8, at_8, 150.0, server=server, cpu_us=cpu_us)]  # fmt: skip
+        for point in points:
+            point["values"] = {"sfu": server, "pubs": point["values"]["pubs"]}
+        return points
+
+    points = both("janus", 60.0, 0.0) + both("livekit", 90.0, 0.2)
+    sweep = {"name": "s", "sweep": {"variables": {"sfu": ["janus", "livekit"], "pubs": [1, 4, 8]}},
+             "points": points}  # fmt: skip
+    lines = knee_lines(sweep)
+    assert (
+        lines[0]
+        == "janus knee: none up to 8000 packets/s forwarded (point pubs=8): every point kept up"
+    )
+    assert lines[1].startswith("livekit knee: between 4000 (point pubs=4) and 8000")
+    table = sfu_comparison_table(sweep)
+    assert table is not None and "pubs=4" in str(table.title)  # livekit left pubs=8 unsent
+    out = io.StringIO()
+    Console(file=out, width=80, force_terminal=False).print(table)
+    text = out.getvalue()
+    assert "janus" in text and "livekit" in text and "60.0" in text and "90.0" in text
+    assert "none" in text and "8000" in text

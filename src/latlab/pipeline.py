@@ -176,6 +176,9 @@ def _analyze(run_dir: Path, meta: dict[str, Any], unit: float) -> tuple[RunAnaly
         summary["resources"] = resources
     if meta.get("loads"):
         summary["loads"] = load_figures(meta["loads"])
+    if meta.get("sfus"):
+        summary["sfus"] = {name: {key: sfu.get(key) for key in ("server", "version", "host")}
+                           for name, sfu in meta["sfus"].items()}  # fmt: skip
     if link_logs:
         summary["links"] = [link_summary(log) for log in link_logs]
     blackbox, blackbox_codes = _black_box(run_dir, table, streams, meta)

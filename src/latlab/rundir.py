@@ -40,6 +40,7 @@ COSTS = "costs"  # costs/PROCESS.csv: perf's counts of a process with cost = tru
 SFUS = "sfus"  # sfus/NAME/: an SFU's configuration (written by latlab) and its log
 SFU_LOG = "janus.log"  # in sfus/NAME/: Janus's log
 LIVEKIT_CONFIG = "livekit.yaml"  # in sfus/NAME/: LiveKit's configuration (its log: stderr)
+LOADS = "loads"  # loads/NAME.jsonl: a load generator's counters, a line a second
 BROWSERS = "browsers"
 SIGNAL = "signal"
 # In signal/ (a [signal] table, the black box): what was played and what was recorded,
@@ -215,6 +216,11 @@ def capture_stats(run_dir: Path, host: str) -> Path:
 def sfu_dir(run_dir: Path, name: str) -> Path:
     """An SFU's configuration and log: ``sfus/NAME/``."""
     return Path(run_dir) / SFUS / name
+
+
+def load_stats(run_dir: Path, load: str) -> Path:
+    """A load generator's counters, one JSON line a second: ``loads/NAME.jsonl``."""
+    return Path(run_dir) / LOADS / f"{load}.jsonl"
 
 
 def cost_file(run_dir: Path, process: str) -> Path:

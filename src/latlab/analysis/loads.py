@@ -16,8 +16,8 @@ def load_figures(loads: Mapping[str, Any]) -> dict[str, Any]:
     out = {}
     for name, load in loads.items():
         figures = {key: load.get(key) for key in KEPT}
-        participants = ((load.get("summary") or {}).get("participants")) or None
-        figures.update(_totals(participants) if participants else dict.fromkeys(TOTALS))
+        totals = (load.get("summary") or {}).get("totals")
+        figures.update(_totals(totals) if isinstance(totals, dict) else dict.fromkeys(TOTALS))
         out[name] = figures
     return out
 
@@ -25,10 +25,9 @@ def load_figures(loads: Mapping[str, Any]) -> dict[str, Any]:
 TOTALS = ("sent", "expected", "received", "lost")
 
 
-def _totals(participants: list[dict[str, Any]]) -> dict[str, int]:
-    def total(role: str, key: str) -> int:
-        return sum(int(p.get(key) or 0) for p in participants if p.get("role") == role)
-
-    received, lost = total("subscriber", "packets_received"), total("subscriber", "lost")
-    return {"sent": total("publisher", "packets_sent"), "expected": received + lost,
+def _totals(totals: Mapping[str, Any]) -> dict[str, int]:
+    """From the generator's summary totals (``sent_packets``, ``received_packets``,
+    ``lost``: RTP packets; docs/sfu.md)."""
+    received, lost = int(totals.get("received_packets", 0)), int(totals.get("lost", 0))
+    return {"sent": int(totals.get("sent_packets", 0)), "expected": received + lost,
             "received": received, "lost": lost}  # fmt: skip

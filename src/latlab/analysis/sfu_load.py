@@ -50,8 +50,11 @@ def _point_rows(point: Mapping[str, Any]) -> list[dict[str, Any]]:
             continue
         counted = {name: c for name, c in costs.items() if c.get("host", host) == host}
         not_forwarded = box.get("not_forwarded") or {}
+        servers = sorted({s.get("server") or "?" for s in (point.get("sfus") or {}).values()
+                          if s.get("host") == host})  # fmt: skip
         rows.append({
             "point": point.get("name"), "values": point.get("values", {}), "host": host,
+            "server": "+".join(servers) or None,
             "received_per_s": box.get("received_per_s"),
             "forwarded_per_s": box.get("forwarded_per_s"),
             "not_forwarded": not_forwarded.get("rate"),
@@ -89,8 +92,18 @@ def saturated(row: Mapping[str, Any], baseline: Mapping[str, Any]) -> list[str]:
     return why
 
 
+def by_server(rows: Sequence[Mapping[str, Any]]) -> dict[str | None, list[Mapping[str, Any]]]:
+    """The rows of each SFU server kind (Janus, LiveKit, ...), each in load order: a sweep
+    that runs the same loads against several servers has one curve per server."""
+    out: dict[str | None, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        out.setdefault(row.get("server"), []).append(row)
+    return out
+
+
 def knee(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """Where the SFU stopped keeping up, and what limited it (None without rows)."""
+    """Where the SFU stopped keeping up, and what limited it (None without rows); the
+    rows are one server's, in load order (:func:`by_server`)."""
     if not rows:
         return None
     baseline = rows[0]
@@ -122,3 +135,25 @@ def limited_by(row: Mapping[str, Any]) -> str:
     figures = ", ".join(f"{who} {pct:.0f} %" for who, pct in
                         (("SFU CPU", sfu), ("machine", busy)) if pct is not None)  # fmt: skip
     return "the SFU" + (f" ({figures} of one core)" if figures else "")
+
+
+def load_key(row: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """A point's load: its sweep values less the one that names its server."""
+    values = row["values"]
+    return tuple(sorted((k, str(v)) for k, v in values.items() if v != row.get("server")))
+
+
+def matched_load(
+    groups: Mapping[str | None, Sequence[Mapping[str, Any]]],
+) -> dict[str | None, Mapping[str, Any]]:
+    """Per server, its row at one load every server ran: the heaviest at which none of
+    them was saturated, else the lightest (the servers compared at the same load)."""
+    keyed = {server: {load_key(r): r for r in rows} for server, rows in groups.items()}
+    common = set.intersection(*(set(k) for k in keyed.values())) if keyed else set()
+    if not common:
+        return {}
+    order = sorted(common, key=lambda k: min(keyed[s][k]["forwarded_per_s"] or 0 for s in keyed))
+    lightest = {s: rows[0] for s, rows in groups.items()}
+    fine = [k for k in order if not any(saturated(keyed[s][k], lightest[s]) for s in keyed)]
+    chosen = fine[-1] if fine else order[0]
+    return {server: keyed[server][chosen] for server in keyed}

@@ -46,6 +46,8 @@ def point_figures(
         out["costs"] = {name: _cost_figures(cost) for name, cost in summary["costs"].items()}
     if summary.get("loads"):
         out["loads"] = summary["loads"]
+    if summary.get("sfus"):
+        out["sfus"] = summary["sfus"]
     return out
 
 

@@ -427,11 +427,11 @@ class BrowserLab:
 
     def _addrs_towards(self, host: str, other: str, who: str) -> tuple[str, str]:
         """(``host``'s address, ``other``'s address) on the link joining them."""
-        for link in self.lab.links:
-            if {link.a, link.b} == {host, other}:
-                pair = (link.addr_a, link.addr_b)
-                return pair if host == link.a else (pair[1], pair[0])
-        raise BrowserError(f"process '{who}': no link from host '{host}' to '{other}'")
+        try:
+            return self.lab.addrs_towards(host, other)
+        except LabError:
+            problem = f"process '{who}': no link from host '{host}' to '{other}'"
+            raise BrowserError(problem) from None
 
     def route_to_sfus(self, sfus: Mapping[str, SfuServer]) -> None:
         """Rooms meet through the running ``sfus`` (name -> server): a route from each

@@ -255,6 +255,15 @@ class Lab:
                  if host in (link.a, link.b)]  # fmt: skip
         return found or [LOOPBACK]
 
+    def addrs_towards(self, host: str, other: str) -> tuple[str, str]:
+        """(``host``'s address, ``other``'s address) on the link joining them; LabError
+        if none does."""
+        for link in self.links:
+            if {link.a, link.b} == {host, other}:
+                pair = (link.addr_a, link.addr_b)
+                return pair if host == link.a else (pair[1], pair[0])
+        raise LabError(f"no link joins host '{host}' to host '{other}'")
+
     def addrs(self) -> dict[str, str]:
         """Address of every host."""
         return {host: self.addr(host) for host in self.hosts}

@@ -36,7 +36,8 @@ from latlab.lab import cost
 from latlab.lab.browser import BrowserError, BrowserLab, check_browsers
 from latlab.lab.devices import DeviceError, Devices, cleanup_stale_devices
 from latlab.lab.environment import environment
-from latlab.lab.netns import Lab, LabError, cleanup_stale
+from latlab.lab.loadgen import LoadError, LoadGenerator
+from latlab.lab.netns import Lab, LabError, cleanup_stale, ip
 from latlab.lab.process import ChildProcess
 from latlab.lab.resources import ResourceSampler
 from latlab.lab.scenario import Process, Scenario, Sfu
@@ -172,6 +173,7 @@ class _Run:
         self.browsers: BrowserLab | None = None
         self.costs: dict[str, dict[str, Any]] = {}
         self.sfus: list[SfuServer] = []
+        self.loads: list[LoadGenerator] = []
         self.signal = (
             SignalRigRun(scenario, scenario.signal, out_dir, self.exited)
             if scenario.signal
@@ -222,6 +224,7 @@ class _Run:
             self.devices.sample_latency()
             if self.browsers is not None:
                 self.browsers.sample_at_stop(self._browser_children())
+            self._stop_loads()
             self._stop_all()
             self._stop_sfus()
             self._stop_signal_rig()
@@ -259,6 +262,7 @@ class _Run:
             self._apply_sched(proc, child)
             if proc.cost:
                 self._idle_baseline(proc, child)
+        self._start_loads()
         self._start_signal_rig()
         self.measure_start_ns = time.monotonic_ns()
 
@@ -299,6 +303,39 @@ class _Run:
                 self._idle_baseline(spec, server.child)
         if self.scenario.rooms and self.browsers is not None:
             self.browsers.route_to_sfus({server.name: server for server in self.sfus})
+
+    def _start_loads(self) -> None:
+        """Start each ``[loads.NAME]``'s generator on its host, routed to its SFU's API
+        address over their link, and wait until its media flow."""
+        assert self.lab is not None
+        servers = {server.name: server for server in self.sfus}
+        for load in self.scenario.loads:
+            server = servers[load.sfu]
+            own, via = self.lab.addrs_towards(load.host, self.scenario.sfu(load.sfu).host)
+            if via != server.addr:
+                ip("-n", self.lab.namespace(load.host), "route", "replace",
+                         f"{server.addr}/32", "via", via)  # fmt: skip
+            namespace = self.lab.namespace(load.host)
+            generator = LoadGenerator(load, namespace, own, server.load_args(load),
+                                      self.out_dir, self.exited)  # fmt: skip
+            self.loads.append(generator)
+            try:
+                generator.start({**os.environ, **server.load_env(load)})
+            except LoadError as exc:
+                raise RunError(str(exc)) from None
+            if generator.child.pid is not None:  # ip netns exec execs the generator
+                self.sampler.add(load.name, generator.child.pid)
+
+    def _check_loads(self) -> None:
+        for generator in self.loads:
+            try:
+                generator.check()
+            except LoadError as exc:
+                self.measure_end_ns = self.measure_end_ns or time.monotonic_ns()
+                raise RunError(str(exc)) from None
+
+    def _stop_loads(self) -> None:
+        _stop_in_reverse([generator.child for generator in self.loads])
 
     def _check_sfus(self) -> None:
         for server in self.sfus:
@@ -471,6 +508,7 @@ class _Run:
                 self._check_devices()
                 self._check_links()
                 self._check_sfus()
+                self._check_loads()
                 update(duration - max(remaining, 0))
             update(duration)
         self.measure_end_ns = time.monotonic_ns()
@@ -489,6 +527,7 @@ class _Run:
         self._check_devices()  # a dead audio server is the cause of its clients' exit
         self._check_links()
         self._check_sfus()
+        self._check_loads()
         if self.browsers is not None:
             try:
                 self.browsers.check_server()
@@ -567,6 +606,7 @@ class _Run:
             "captures": lab.get("captures", {}),
             "costs": self.costs,
             "sfus": {server.name: server.describe() for server in self.sfus},
+            "loads": {g.load.name: g.describe(origin) for g in self.loads},
             "devices": self.devices.describe(self.out_dir),
             "pageserver": self.browsers.describe() if self.browsers else None,
             "signal": self.signal.describe() if self.signal else None,

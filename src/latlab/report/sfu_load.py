@@ -8,7 +8,7 @@ from typing import Any
 
 from rich import box
 
-from latlab.analysis.sfu_load import knee, load_rows
+from latlab.analysis.sfu_load import by_server, knee, load_key, load_rows, matched_load
 from latlab.report.fit import FitTable
 
 PER_PACKET = (("cpu_us", "CPU µs\n/pkt", 1), ("context_switches", "cs\n/pkt", 2),
@@ -64,16 +64,66 @@ def _cells(row: Mapping[str, Any], names: list[str]) -> list[str]:
     ]  # fmt: skip
 
 
-def knee_line(sweep: Mapping[str, Any]) -> str | None:
-    """One sentence on where the SFU stopped keeping up (None without SFU points)."""
-    found = knee(load_rows(sweep.get("points", [])))
-    if found is None:
-        return None
+def knee_lines(sweep: Mapping[str, Any]) -> list[str]:
+    """One sentence per SFU server on where it stopped keeping up (none without SFU points)."""
+    groups = by_server(load_rows(sweep.get("points", [])))
+    lines = []
+    for server, rows in groups.items():
+        found = knee(rows)
+        if found is None:
+            continue
+        name = f"{server} " if server and len(groups) > 1 else ""
+        lines.append(f"{name}knee: {_knee_text(found)}")
+    return lines
+
+
+def _knee_text(found: Mapping[str, Any]) -> str:
     if not found["found"]:
-        return (f"knee: none up to {found['below_per_s']:.0f} packets/s forwarded "
+        return (f"none up to {found['below_per_s']:.0f} packets/s forwarded "
                 f"(point {found['below_point']}): every point kept up")  # fmt: skip
     below = (f"between {found['below_per_s']:.0f} (point {found['below_point']}) and "
              if found["below_point"] else "at or below ")  # fmt: skip
-    return (f"knee: {below}{found['at_per_s']:.0f} packets/s forwarded (point "
+    return (f"{below}{found['at_per_s']:.0f} packets/s forwarded (point "
             f"{found['at_point']}: {', '.join(found['why'])}); limited by "
             f"{found['limited_by']}")  # fmt: skip
+
+
+COMPARED = (("cpu_us", "CPU µs", 1), ("context_switches", "context\nswitches", 2),
+            ("syscalls", "syscalls", 2), ("sched_switches", "sched\nswitches", 2))  # fmt: skip
+
+
+def sfu_comparison_table(sweep: Mapping[str, Any]) -> FitTable | None:
+    """The SFU study's table: per server, per forwarded packet at one load they all ran
+    (the heaviest none was saturated at), its dwell there, and its knee. None unless the
+    sweep ran more than one server."""
+    groups = by_server(load_rows(sweep.get("points", [])))
+    if len(groups) < 2:
+        return None
+    at = matched_load(groups)
+    if not at:
+        return None
+    load = next(iter(at.values()))
+    where = ", ".join(f"{k}={v}" for k, v in load_key(load)) or "one load"
+    table = FitTable(title=f"SFUs per forwarded packet at the same load ({where})",
+                     title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
+                     pad_edge=False, padding=(0, 1, 0, 0), show_edge=False)  # fmt: skip
+    headers = ["SFU", "pkt/s\nout", *(label for _, label, _ in COMPARED), "dwell\np50",
+               "dwell\np99", "knee\npkt/s"]  # fmt: skip
+    drops = [None, 2, None, None, None, 1, None, None, None]
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="right", fold=i == 0, drop=drops[i])
+    for server, row in at.items():
+        cost = next(iter(row["costs"].values()), {}).get("per_packet") or {}
+        found = knee(groups[server])
+        knee_at = found["at_per_s"] if found and found["found"] else None
+        table.add_row(str(server), _num(row["forwarded_per_s"], 0),
+                      *(_num(cost.get(key), digits) for key, _, digits in COMPARED),
+                      _num(row["dwell"].get("p50_ms"), 3), _num(row["dwell"].get("p99_ms"), 3),
+                      _num(knee_at, 0) if knee_at is not None else "none")  # fmt: skip
+    table.caption = (
+        "per packet: each SFU's cost per forwarded packet (perf: every thread, idle baseline "
+        "off); dwell: ms inside the SFU host (its capture); knee: packets/s at the first "
+        "point it did not keep up, none if it always did"
+    )
+    table.caption_justify = "left"
+    return table

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.text import Text
 
 from latlab.report.fit import FitTable, emit
-from latlab.report.sfu_load import knee_line, sfu_load_table
+from latlab.report.sfu_load import knee_lines, sfu_comparison_table, sfu_load_table
 from latlab.stitch.kinds import ordered
 
 LABELS = {"jitterbuffer": "jitter\nbuffer", "sink-wait": "sink\nwait"}
@@ -179,15 +179,21 @@ def render_sweep(sweep: dict[str, Any], console: Console, *, wide: bool = False)
     (encode, transport, decode, total) after the per-kind one. The tables fit the
     console (low-priority columns left out, names folded); ``wide``: every column.
     """
-    emit(console, comparison_table(sweep), wide=wide)
+    sfu = sfu_load_table(sweep)
+    streams = any(point.get("streams") for point in sweep.get("points", []))
+    if streams or sfu is None:  # a load through an SFU alone has no stream to compare
+        emit(console, comparison_table(sweep), wide=wide)
     if has_codec_phases(sweep):
         emit(console, phase_comparison_table(sweep), wide=wide)
     if any(point.get("blackbox") for point in sweep.get("points", [])):
         emit(console, black_box_comparison_table(sweep), wide=wide)
-    sfu = sfu_load_table(sweep)
     if sfu is not None:
         emit(console, sfu, wide=wide)
-        console.print(knee_line(sweep), highlight=False, markup=False, soft_wrap=True)
+        for line in knee_lines(sweep):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
+    compared = sfu_comparison_table(sweep)
+    if compared is not None:
+        emit(console, compared, wide=wide)
     for point in sweep.get("points", []):
         if point["status"] != "ok":
             error = point.get("error") or ""

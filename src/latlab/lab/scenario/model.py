@@ -37,6 +37,8 @@ from latlab.lab.scenario.objects import (
     BACKEND_EMULATOR,
     CALL_TIMEOUT_S,
     COST_IDLE_S,
+    LOAD_TIMEOUT_S,
+    LOAD_VIDEO_KBPS,
     SFU_HTTP_PORTS,
     WEBRTC_AUDIO_CAPS,
     WEBRTC_JITTERBUFFER_MS,
@@ -46,6 +48,7 @@ from latlab.lab.scenario.objects import (
     Host,
     Link,
     LinkBackend,
+    Load,
     Process,
     Room,
     Scenario,
@@ -95,6 +98,8 @@ WebrtcPeer = Literal["gstreamer"]
 WEBRTC_JITTERBUFFER_MAX_MS = 1_000_000  # webrtcbin takes any; beyond 1000 s is a typo
 BROWSER_JITTERBUFFER_MAX_MS = 4000  # the most RTCRtpReceiver.jitterBufferTarget takes
 MAX_PERIODS = 32
+MAX_LOAD_PUBLISHERS = 64  # light participants of one [loads.NAME] (one process)
+MAX_LOAD_SUBSCRIBERS = 256
 SIGNAL_RATE = 48000  # the signal file's rate unless a device injects
 
 Name = Annotated[str, ENTITY_NAME]
@@ -550,6 +555,45 @@ class RoomTable(Table):
                     timeout_s=float(self.timeout_s))  # fmt: skip
 
 
+class LoadTable(Table):
+    """A ``[loads.NAME]`` table: light WebRTC participants (``latlab-loadgen``, one
+    process) on ``host`` meeting through the SFU ``sfu``: each of ``publishers`` sends
+    pre-encoded VP8 at ``video_kbps`` (640x360, 30 fps; 0: no video) and, with ``audio``,
+    Opus; each of ``subscribers`` receives every one of them without decoding;
+    ``timeout_s`` is how long they may take to get media flowing."""
+
+    sfu: Text
+    host: Text
+    publishers: Annotated[int, integer(0, MAX_LOAD_PUBLISHERS)]
+    subscribers: Annotated[int, integer(0, MAX_LOAD_SUBSCRIBERS)] = 0
+    video_kbps: Annotated[int, integer(0, 5000)] = LOAD_VIDEO_KBPS
+    audio: Annotated[bool, BOOLEAN] = True
+    timeout_s: Annotated[float, POSITIVE] = LOAD_TIMEOUT_S
+
+    @model_validator(mode="after")
+    def _something_flows(self) -> LoadTable:
+        if self.publishers == 0:
+            raise Problem("at least one publisher is needed", ("publishers",))
+        if self.video_kbps == 0 and not self.audio:
+            raise Problem("no video (video_kbps = 0) and no audio: nothing to send")
+        return self
+
+    def check_in(self, doc: ScenarioFile, at: Loc) -> None:
+        """The SFU exists and its host is joined by a link to the load's host."""
+        if self.sfu not in doc.sfus:
+            known = ", ".join(doc.sfus) or "none"
+            raise Problem(f"unknown SFU '{self.sfu}' (sfus: {known})", (*at, "sfu"), absolute=True)
+        doc.check_host(self.host, (*at, "host"))
+        sfu_host = doc.sfus[self.sfu].host
+        if not any(set(link.between) == {self.host, sfu_host} for link in doc.links):
+            problem = f"host '{self.host}' needs a [[links]] to the SFU's host '{sfu_host}'"
+            raise Problem(problem, (*at, "host"), absolute=True)
+
+    def build(self, name: str) -> Load:
+        """The lab's load."""
+        return Load(name=name, **dict(self))
+
+
 class SignalTable(Table):
     """``[signal]``: the black box. Time-coded audio played in at ``inject`` and recorded
     at ``record``, each a JACK device (with the ``*_client`` whose ports to use), a
@@ -706,6 +750,7 @@ class ScenarioFile(Table):
     calls: dict[Name, CallTable] = {}
     rooms: dict[Name, RoomTable] = {}
     signal: SignalTable | None = None
+    loads: dict[Name, LoadTable] = {}
 
     @model_validator(mode="after")
     def _across_the_file(self, info: ValidationInfo) -> ScenarioFile:
@@ -713,10 +758,12 @@ class ScenarioFile(Table):
             link.check_in(self, ("links", i))
         self._check_devices()
         self._check_sfus()
-        if self.processes is None and (info.context or {}).get("processes_required", True):
+        required = (info.context or {}).get("processes_required", True) and not self.loads
+        if self.processes is None and required:
             raise Problem("missing 'processes'")
         self._check_processes()
         self._check_calls()
+        self._check_loads()
         self._check_signal_refs(self.signal.build(self) if self.signal is not None else None)
         return self
 
@@ -791,6 +838,14 @@ class ScenarioFile(Table):
                            "or a room ([rooms.NAME])")  # fmt: skip
                 raise Problem(problem, ("processes", name), absolute=True)
 
+    def _check_loads(self) -> None:
+        """Each load checked, named unlike processes and SFUs."""
+        for name, load in self.loads.items():
+            if name in (self.processes or {}) or name in self.sfus:
+                problem = f"load '{name}' has the name of a process or an SFU"
+                raise Problem(problem, ("loads", name), absolute=True)
+            load.check_in(self, ("loads", name))
+
     def _check_signal_refs(self, rig: SignalRig | None) -> None:
         """``${signal.source}``/``${signal.sink}`` only in the processes ``rig`` names."""
         ends = {"inject": rig.inject, "record": rig.record} if rig else {}
@@ -820,6 +875,7 @@ class ScenarioFile(Table):
             calls=tuple(call.build(name) for name, call in self.calls.items()),
             rooms=tuple(room.build(name) for name, room in self.rooms.items()),
             signal=self.signal.build(self) if self.signal is not None else None,
+            loads=tuple(load.build(name) for name, load in self.loads.items()),
         )
 
 

@@ -24,6 +24,8 @@ WEBRTC_AUDIO_CAPS = "audio/x-raw,rate=48000,channels=1"
 WEBRTC_JITTERBUFFER_MS = 40
 CALL_TIMEOUT_S = 20.0
 COST_IDLE_S = 2.0  # a cost-counted process's idle baseline before the next process starts
+LOAD_VIDEO_KBPS = 600  # a light publisher's pre-encoded VP8 (640x360, 30 fps)
+LOAD_TIMEOUT_S = 30.0
 
 
 def _frozen_map() -> Mapping[str, Any]:
@@ -233,6 +235,23 @@ class Room:
         return (*self.publishers, *self.subscribers)
 
 
+@dataclass(frozen=True)
+class Load:
+    """Light WebRTC participants (``latlab-loadgen``) on ``host``, meeting through the SFU
+    ``sfu``: ``publishers`` each send pre-encoded media (VP8 at ``video_kbps``, 0: none;
+    Opus with ``audio``), ``subscribers`` each receive every one of them without decoding;
+    ``timeout_s`` for all of them to get media flowing."""
+
+    name: str
+    sfu: str
+    host: str
+    publishers: int
+    subscribers: int
+    video_kbps: int = LOAD_VIDEO_KBPS
+    audio: bool = True
+    timeout_s: float = LOAD_TIMEOUT_S
+
+
 SFU_HTTP_PORTS = {"janus": 8088, "livekit": 7880, "latlab": 8089}  # each one's usual port
 
 
@@ -271,6 +290,7 @@ class Scenario:
     calls: tuple[Call, ...] = ()
     rooms: tuple[Room, ...] = ()
     signal: SignalRig | None = None
+    loads: tuple[Load, ...] = ()
 
     def call_of(self, process: str) -> Call | None:
         """The call a browser or webrtcbin process takes part in (None if it is in none)."""

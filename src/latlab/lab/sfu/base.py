@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 from latlab import rundir
 from latlab.errors import MeasurementError
 from latlab.lab.process import ChildProcess
-from latlab.lab.scenario import Room, Sfu
+from latlab.lab.scenario import Load, Room, Sfu
 
 READY_TIMEOUT_S = 10.0
 PROBE_EVERY_S = 0.02
@@ -101,6 +101,15 @@ class SfuServer:
         ``room`` on this server, and the page's query parameters besides ``id``."""
         raise NotImplementedError
 
+    def load_args(self, load: Load) -> list[str]:
+        """The arguments by which ``latlab-loadgen`` reaches this server and its room for
+        ``load`` (``--sfu`` and what that kind needs; :mod:`latlab.lab.loadgen`)."""
+        raise NotImplementedError
+
+    def load_env(self, load: Load) -> dict[str, str]:
+        """Variables latlab-loadgen needs in its environment for ``load`` (secrets)."""
+        return {}
+
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
         """The server's environment, from the runner's."""
         return dict(env)
@@ -171,7 +180,8 @@ class SfuServer:
 
     def describe(self) -> dict[str, Any]:
         """The SFU's run.json entry."""
-        return {"server": self.kind, "namespace": self.namespace, "api": self.ready_url,
+        return {"server": self.kind, "host": self.spec.host, "namespace": self.namespace,
+                "api": self.ready_url,
                 "config": str(self.directory.relative_to(self.run_dir)),
                 **self.describe_kind(), "listening": self.listening, "argv": self.child.argv,
                 **self.child.describe(self.child.started_ns or 0)}  # fmt: skip

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from latlab import rundir
 from latlab.errors import EnvironmentProblem
-from latlab.lab.scenario import Room
+from latlab.lab.scenario import Load, Room
 from latlab.lab.sfu.base import SfuError, SfuServer
 
 JANUS = "janus"
@@ -114,7 +114,7 @@ cors: {{
 }}
 room-{ROOM}: {{
 	description = "latlab"
-	publishers = 16
+	publishers = 100
 	bitrate = 0
 	fir_freq = 0
 	audiocodec = "opus"
@@ -150,6 +150,10 @@ class JanusServer(SfuServer):
     def api_url(self) -> str:
         """Its HTTP API, on the host's first lab address."""
         return f"http://{self.addr}:{self.spec.http_port}/janus"
+
+    def load_args(self, load: Load) -> list[str]:
+        """Its HTTP API and the room (latlab-loadgen signals over the same API)."""
+        return ["--sfu", "janus", "--url", self.api_url, "--room", str(ROOM)]
 
     def accept(self, answer: str) -> dict[str, Any]:
         """Its version and plugins; SfuError unless the videoroom plugin is among them."""

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 from latlab import rundir
 from latlab.errors import EnvironmentProblem
-from latlab.lab.scenario import Room
+from latlab.lab.scenario import Load, Room
 from latlab.lab.sfu.base import SfuError, SfuServer
 from latlab.tracer import REPO_ROOT
 
@@ -47,6 +47,7 @@ TOKEN_TTL_S = 24 * 3600
 SETTING_VARIABLES = ("NODE_IP", "UDP_PORT", "REDIS_HOST", "REDIS_PASSWORD")
 SETTING_PREFIX = "LIVEKIT_"
 FATAL = ("fatal error:", "panic:")  # how the Go runtime says it gave up
+LOADGEN_SECRET_VARIABLE = "LATLAB_LOADGEN_SECRET"  # latlab-loadgen reads the secret here
 
 
 def livekit_binary() -> Path:
@@ -182,6 +183,17 @@ class LiveKitServer(SfuServer):
                                 "token": token,
                                 "role": "publisher" if publisher else "subscriber",
                                 "publishers": ",".join(room.publishers)}  # fmt: skip
+
+    def load_args(self, load: Load) -> list[str]:
+        """Its signalling URL, a room named after the load, the run's API key
+        (latlab-loadgen makes its participants' tokens; the secret: :meth:`load_env`)."""
+        url = f"ws://{self.addr}:{self.spec.http_port}"
+        return ["--sfu", "livekit", "--url", url, "--room", load.name, "--key", self.api_key]
+
+    def load_env(self, load: Load) -> dict[str, str]:
+        """The API secret, in latlab-loadgen's environment: on its command line it would be
+        in run.json and in every user's process list."""
+        return {LOADGEN_SECRET_VARIABLE: self.api_secret}
 
     def environment(self, env: Mapping[str, str]) -> dict[str, str]:
         """The runner's environment less the variables livekit-server takes settings from."""
