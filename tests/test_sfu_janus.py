@@ -187,3 +187,52 @@ def test_each_frame_is_followed_through_janus_to_every_subscriber(room_run: Path
         assert len(dwell) >= stream["complete_units"]
         # the same packets, less the few whose frame was not complete at both ends
         assert forwarding["p50_ms"] == pytest.approx(float(np.median(dwell)), abs=0.02)
+
+
+CUT_OFF = """
+name = "janus-cut-off"
+duration_s = 3
+[hosts.sfu]
+[hosts.pub]
+[hosts.sub]
+[[links]]
+between = ["pub", "sfu"]
+[[links]]
+between = ["sfu", "sub"]
+[[links.schedule]]
+at_s = 0
+loss_pct = 100
+[sfus.janus]
+host = "sfu"
+server = "janus"
+[processes.alice]
+host = "pub"
+browser = "chromium"
+[processes.bob]
+host = "sub"
+browser = "chromium"
+[rooms.meeting]
+sfu = "janus"
+publishers = ["alice"]
+subscribers = ["bob"]
+timeout_s = 8
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_browser_that_cannot_join_is_one_line_naming_it(tmp_path: Path) -> None:
+    """bob's link to the SFU loses everything: his page loads (the page server is on
+    another network), but never reaches Janus; the run fails naming bob and his room,
+    keeps its directory, and alice's part is recorded."""
+    path = tmp_path / "cut-off.toml"
+    path.write_text(CUT_OFF, encoding="utf-8")
+    out = tmp_path / "run"
+    result = latlab("run", str(path), "--out", str(out), timeout=100)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("latlab: error")]
+    assert len(errors) == 1, result.stderr
+    assert "process 'bob' (chromium, subscriber in room 'meeting')" in errors[0]
+    assert "Traceback" not in result.stderr
+    run = json.loads((out / rundir.RUN_FILE).read_text())
+    assert run["status"] == "failed"
+    assert (out / rundir.BROWSERS / f"alice{rundir.BROWSER_RECORDS_SUFFIX}").is_file()

@@ -182,3 +182,23 @@ def test_a_load_through_livekit_keeps_its_secret_off_the_command_line(tmp_path: 
     _every_subscriber_got_every_track(load["summary"]["participants"])
     summary = json.loads((out / rundir.SUMMARY_FILE).read_text())
     assert summary["forwarding"]["sfu"]["match_rate"] >= 0.99
+
+
+@pytest.mark.timeout(120)
+def test_a_capture_that_dropped_packets_says_so(
+    load_sweep: tuple[Path, str], tmp_path: Path
+) -> None:
+    """What the capture could not read (its socket buffer full: the kernel's count, in
+    captures/HOST.json) is one line under the dwell table, and in summary.json."""
+    out, _ = load_sweep
+    point = tmp_path / "point"
+    shutil.copytree(out / rundir.POINTS_DIR / "pubs=1,subs=2", point)
+    stats = rundir.capture_stats(point, "sfu")
+    counted = json.loads(stats.read_text())
+    stats.write_text(json.dumps({**counted, "kernel_drops": 1234}))
+    report = latlab("report", str(point), timeout=60)
+    assert report.returncode == 0, report.stderr
+    line = "the kernel dropped 1234 frames before the capture read them"
+    assert line in report.stdout
+    summary = json.loads((point / rundir.SUMMARY_FILE).read_text())
+    assert any(line in p for p in summary["forwarding"]["sfu"]["problems"])
