@@ -98,7 +98,7 @@ STOP_STEPS: tuple[tuple[signal.Signals, str, float | None], ...] = (
 )
 # Chromium's stderr lines that say nothing about a failure (no D-Bus, no sound card).
 _NOISE = (":INFO:", "dbus/", "D-Bus", "ALSA", "alsa_", "Fontconfig", "gpu_init", "viz_main",
-          "sandbox", "idle_linux")  # fmt: skip
+          "sandbox", "idle_linux", "DevTools listening", "vaapi_wrapper")  # fmt: skip
 _LINE_MAX = 160
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
