@@ -236,3 +236,36 @@ def test_a_browser_that_cannot_join_is_one_line_naming_it(tmp_path: Path) -> Non
     run = json.loads((out / rundir.RUN_FILE).read_text())
     assert run["status"] == "failed"
     assert (out / rundir.BROWSERS / f"alice{rundir.BROWSER_RECORDS_SUFFIX}").is_file()
+
+
+GST_SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "sfu-janus-gst.toml"
+
+
+@pytest.mark.exclusive
+@pytest.mark.timeout(240)
+def test_a_traced_publisher_is_followed_through_janus_per_10_ms(tmp_path: Path) -> None:
+    """latlab's webrtcbin peer publishes Opus into Janus (its HTTP API), traced: every
+    10 ms of its audio is followed from its source through its encoder and webrtcbin,
+    inside Janus (the capture), to each subscriber's receiver transform. The forwarding
+    segment of those units is the capture's dwell of the packets that carried them."""
+    out = tmp_path / "run"
+    result = latlab("run", str(GST_SCENARIO), "--out", str(out), "--duration", "6",
+                    timeout=200)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    summary = json.loads((out / rundir.SUMMARY_FILE).read_text())
+    box = summary["forwarding"]["sfu"]
+    assert box["match_rate"] >= 0.99 and box["ambiguous"] == 0
+    packets = pq.read_table(out / rundir.FORWARDING_FILE).to_pydict()
+    for sub, host in (("bob", "sub1"), ("carol", "sub2")):
+        [stream] = [s for s in summary["streams"] if s["id"].startswith(f"alice->sfu->{sub} ")]
+        names = [seg["to"] for seg in stream["segments"]]
+        assert names[0] == "alice/src:src" and "alice/enc:src" in names  # capture, encode
+        assert names[-4:] == ["sfu/ingress", f"sfu/egress:{sub}", f"{sub}/received",
+                              f"{sub}/receiver-transform"]  # fmt: skip
+        assert stream["unit"] == "10ms" and stream["complete_units"] >= 0.95 * stream["units"]
+        forwarding = next(seg for seg in stream["segments"] if seg["kind"] == "forwarding")
+        addr = run_addr(out, host) + ":"
+        dwell = [d for to, d in zip(packets["to"], packets["dwell_ms"], strict=True)
+                 if to.startswith(addr) and d == d]  # fmt: skip
+        # two 10 ms units per 20 ms packet: the same packets' dwell, each counted twice
+        assert forwarding["p50_ms"] == pytest.approx(float(np.median(dwell)), abs=0.02)

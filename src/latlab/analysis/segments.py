@@ -24,7 +24,7 @@ from latlab.analysis.browser_adaptation import (
 from latlab.analysis.browser_functions import function_figures
 from latlab.analysis.browser_intervals import interval_figures
 from latlab.analysis.phases import phase_bounds
-from latlab.analysis.sfu_journeys import sfu_journeys
+from latlab.analysis.sfu_journeys import sfu_journeys, sfu_legs_of_traced
 from latlab.analysis.stats import Samples
 from latlab.ingest.browser_records import BrowserLog
 from latlab.ingest.events import EventTable
@@ -91,6 +91,10 @@ def analyze(
     if run and run.get("devices"):
         journeys = [add_device_playout(j, table, run) for j in journeys]
     journeys = join_browser_legs(journeys, list(browsers), table)
+    through = sfu_legs_of_traced(journeys, list(browsers), forwarded, table)
+    if through:  # a traced publisher's streams continue through the SFU, leg by leg
+        continued = {j.path.ssrc for j in through}
+        journeys = [j for j in journeys if j.path.ssrc not in continued] + through
     streams = [analyze_journeys(j, cadence()) for j in journeys]
     by_name = {log.process: log for log in browsers}
     steps = schedule_steps(list(links))

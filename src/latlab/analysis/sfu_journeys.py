@@ -12,6 +12,14 @@ journey, per publisher stream (a simulcast layer) and subscriber leg, is::
     [PUB/capture] -> PUB/sender-transform -> [link] -> HOST/ingress
       -> HOST/egress:SUB -> [link] -> SUB/received -> SUB/receiver-transform
 
+A publisher traced by latlab's tracer (a webrtcbin peer in the room) has its own
+pipeline's journeys instead, one per 10 ms of audio: :func:`sfu_legs_of_traced`
+extends each with the packet that carried the unit's end (its RTP timestamp read at the
+payloader) through the SFU and the frame of it the subscriber's transform saw::
+
+    pub/src:src -> ... -> pub/nicesink0:sink -> HOST/ingress -> HOST/egress:SUB
+      -> SUB/received -> SUB/receiver-transform
+
 where ``HOST/ingress`` and ``HOST/egress:SUB`` are the first packet of the frame to
 arrive at the SFU host and the first of it to leave for that subscriber (one kernel
 clock: the ``forwarding`` segment between them has no clock error). A video frame's
@@ -25,7 +33,7 @@ and after it stopped, nothing is known).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +43,7 @@ from latlab.ingest.browser_records import BrowserFrames, BrowserLog
 from latlab.ingest.counters import unwrap
 from latlab.ingest.events import EventTable
 from latlab.stitch.browser import AUDIO_RATE, RTP_WRAP, VIDEO_RATE, link_columns, lookup, take_at
+from latlab.stitch.browser_legs import unit_rtp_at_payloader
 from latlab.stitch.journeys import Journeys
 from latlab.stitch.kinds import FORWARDING, NETWORK, PROCESSING
 from latlab.stitch.paths import StreamPath
@@ -83,6 +92,87 @@ def sfu_journeys(
             if journeys is not None:
                 out.append(journeys)
     return out
+
+
+def sfu_legs_of_traced(
+    journeys: list[Journeys], logs: list[BrowserLog], forwarded: pa.Table | None,
+    table: EventTable | None,
+) -> list[Journeys]:  # fmt: skip
+    """Each traced publisher stream that an SFU forwarded, continued through the SFU to
+    every subscriber leg whose transforms recorded it (one journey set per leg; the
+    stream's longest path is the one continued)."""
+    if forwarded is None or table is None or not logs:
+        return []
+    matched = forwarded.filter(pc.equal(forwarded.column("status"), "matched"))
+    receivers = _by_ssrc(logs, send=False)
+    longest: dict[int, Journeys] = {}
+    for j in journeys:
+        ssrc = j.path.ssrc
+        if ssrc is not None and len(j.probe_names) > len(
+            longest[ssrc].probe_names if ssrc in longest else ()
+        ):
+            longest[ssrc] = j
+    out = []
+    for ssrc, j in longest.items():
+        rows = matched.filter(pc.equal(matched.column("source_ssrc"), ssrc))
+        unit_rtp = unit_rtp_at_payloader(j, table) if rows.num_rows else None
+        if unit_rtp is None:
+            continue
+        for egress_ssrc in np.unique(rows.column("ssrc").to_numpy()):
+            if int(egress_ssrc) not in receivers:
+                continue
+            leg_rows = rows.filter(pc.equal(rows.column("ssrc"), int(egress_ssrc)))
+            for host in set(leg_rows.column("host").to_pylist()):
+                leg = _leg(leg_rows.filter(pc.equal(leg_rows.column("host"), host)), host)
+                extended = _traced_leg(j, unit_rtp[0], leg, receivers[int(egress_ssrc)])
+                if extended is not None:
+                    out.append(extended)
+    return out
+
+
+def _traced_leg(
+    j: Journeys, unit_end_rtp: np.ndarray, leg: _Leg, receiver: tuple[str, BrowserFrames]
+) -> Journeys | None:
+    """``j`` continued through ``leg``: the packet (frame) holding each unit's end."""
+    sub, got = receiver
+    order = np.argsort(leg.source_ts, kind="stable")
+    ts = leg.source_ts[order]
+    if len(ts) < 2:
+        return None
+    span = int(np.median(np.diff(ts)))  # a packet's duration on the RTP clock
+    at = np.searchsorted(ts, unit_end_rtp, side="right") - 1
+    inside = (unit_end_rtp != MISSING) & (at >= 0)
+    inside &= unit_end_rtp < ts[np.maximum(at, 0)] + span
+    packet = np.where(inside, order[np.maximum(at, 0)], -1)
+    at_sub = np.where(packet >= 0, lookup(got.rtp_ts, take_at(leg.egress_ts, packet)), -1)
+    columns = [take_at(leg.ingress_ns, packet), take_at(leg.egress_ns, packet),
+               take_at(got.receive_ns, at_sub), take_at(got.t_ns, at_sub)]  # fmt: skip
+    times = np.column_stack([j.times, *columns]).astype(np.int64)
+    times = np.where(times < 0, MISSING, times)
+    reached = np.flatnonzero(times[:, -1] != MISSING)
+    if not len(reached):
+        return None
+    rows = slice(reached[0], reached[-1] + 1)
+    names = [f"{leg.host}/ingress", f"{leg.host}/egress:{sub}", f"{sub}/received",
+             f"{sub}/receiver-transform"]  # fmt: skip
+    unknown = np.full((len(times), len(names)), MISSING, np.int32)
+    layer = f" layer {leg.layer}" if leg.layer >= 0 else ""
+    origin = j.probe_names[0].split("/", 1)[0]
+    return replace(
+        j,
+        stream_id=f"{origin}->{leg.host}->{sub} ssrc={j.path.ssrc:08x}{layer}",
+        probe_names=[*j.probe_names, *names],
+        segment_kinds=[*j.segment_kinds, NETWORK, FORWARDING, NETWORK, PROCESSING],
+        unit_start=j.unit_start[rows],
+        times=np.asfortranarray(times[rows]),
+        threads=np.asfortranarray(np.column_stack([j.threads, unknown])[rows]),
+        clock_domains=[*j.clock_domains, *([BROWSER_CLOCK] * len(names))],
+        probe_klass=[*j.probe_klass, *([""] * len(names))],
+        counts=_counts(times[rows]),
+        extra={k: v[rows] for k, v in j.extra.items()},
+        unit_bytes=None if j.unit_bytes is None else j.unit_bytes[rows],
+        unit_keyframe=None if j.unit_keyframe is None else j.unit_keyframe[rows],
+    )
 
 
 def _columns(t: pa.Table, *names: str) -> np.ndarray:

@@ -454,6 +454,8 @@ class BrowserLab:
             assert room is not None
             page, query = self.sfus[room.sfu].join(room, proc.name)
             query = {"id": proc.name, **query, "simulcast": "1" if room.simulcast else "0"}
+            if all(self.scenario.process(p).webrtc for p in room.publishers):
+                query["expect"] = "audio"  # webrtcbin publishers send Opus only
             self.room_urls[proc.name] = f"{self.server_url(proc.host)}/{page}?{urlencode(query)}"
         return self.room_urls[proc.name]
 
@@ -522,17 +524,25 @@ class BrowserLab:
         ]
 
     def gst_argv(self, proc: Process) -> list[str]:
-        """The webrtcbin peer's argv for ``proc`` (to run inside its host's namespace)."""
+        """The webrtcbin peer's argv for ``proc`` (to run inside its host's namespace): a
+        call's caller or callee, or a room's publisher through its SFU."""
+        k = self.hosts.index(proc.host)
+        common = [str(SYSTEM_PYTHON), "-u", str(GST_PEER),
+                  "--url", f"ws://{SUBNET_BASE}.{k}.1:{PORT}/ws", "--id", proc.name,
+                  "--audio-caps", proc.audio_caps,
+                  "--latency-ms", str(proc.jitterbuffer_ms)]  # fmt: skip
+        room = self.scenario.room_of(proc.name)
+        if room is not None:
+            sfu = self.scenario.sfu(room.sfu)
+            own, _ = self._addrs_towards(proc.host, sfu.host, proc.name)
+            return [*common, "--role", "publisher", "--ice", own,
+                    *self.sfus[room.sfu].gst_publisher_args(room, proc.name)]  # fmt: skip
         call = self.scenario.call_of(proc.name)
         assert call is not None
         caller = proc.name == call.caller
-        k = self.hosts.index(proc.host)
-        return [str(SYSTEM_PYTHON), "-u", str(GST_PEER),
-                "--url", f"ws://{SUBNET_BASE}.{k}.1:{PORT}/ws", "--id", proc.name,
-                "--peer", call.callee if caller else call.caller,
-                "--role", "caller" if caller else "callee", "--ice", self.link_addr(proc),
-                "--audio-caps", proc.audio_caps,
-                "--latency-ms", str(proc.jitterbuffer_ms)]  # fmt: skip
+        return [*common, "--peer", call.callee if caller else call.caller,
+                "--role", "caller" if caller else "callee",
+                "--ice", self.link_addr(proc)]  # fmt: skip
 
     def child(self, proc: Process, logs: Path) -> ChildProcess:
         """The (not yet started) browser or webrtcbin peer process for ``proc``."""

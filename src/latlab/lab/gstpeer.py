@@ -16,6 +16,14 @@ It sends the page server what the runner waits for: ``hello``, ``state`` (``ice`
 dropped until then; ``recv``: the first decoded
 buffer at the sink; ``t_ns``: CLOCK_MONOTONIC) and ``console`` (its log lines).
 
+In a room (``--janus URL --room N --feed ID`` or ``--whip URL``) it is a publisher
+through an SFU instead: it still reports to the page server, but its one offer goes to
+the SFU once webrtcbin gathered its candidates (no trickle; only ``--ice``'s are kept):
+to Janus's videoroom over its HTTP API (a session, the plugin, ``join`` as publisher
+``ID``, ``configure`` with the offer; the answer comes as an event of the session's long
+poll, which also keeps the session alive) or as a WHIP POST (RFC 9725: the answer in the
+reply, the session's ``Location`` deleted at the end). It sends, and receives nothing.
+
 SIGINT or SIGTERM: EOS into both paths (at the test source, and at the receiver's
 input: webrtcbin's network source never ends), wait until it reached webrtcbin's sink
 pad and the fakesink (at most ``EOS_WAIT_S``), stop, exit 0 (the latlab tracer, when
@@ -40,6 +48,9 @@ import struct
 import sys
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -50,12 +61,17 @@ EOS_WAIT_S = 2.0
 RTP_CAPS = f"application/x-rtp,media=audio,encoding-name=OPUS,payload={OPUS_PT},clock-rate=48000"
 
 
-def send_pipeline(audio_caps: str, latency_ms: int) -> str:
-    """The sending half and webrtcbin, as a gst-launch description."""
+def send_pipeline(audio_caps: str, latency_ms: int, noise: bool = False) -> str:
+    """The sending half and webrtcbin, as a gst-launch description. With ``noise`` (a
+    room's publisher) pink noise in variable-bitrate Opus: a steady tone in constant
+    bitrate gives packets of one size, which nothing in a header tells apart through an
+    SFU (docs/sfu.md)."""
+    sound = "wave=pink-noise" if noise else "wave=sine freq=660"
+    rate = " bitrate-type=vbr" if noise else ""
     return (
         f"webrtcbin name=wb bundle-policy=max-bundle latency={latency_ms} "
-        "audiotestsrc name=src is-live=true wave=sine freq=660 volume=0.3 samplesperbuffer=480 "
-        f"! {audio_caps} ! audioconvert name=txconv ! opusenc name=enc frame-size=20 "
+        f"audiotestsrc name=src is-live=true {sound} volume=0.3 samplesperbuffer=480 "
+        f"! {audio_caps} ! audioconvert name=txconv ! opusenc name=enc frame-size=20{rate} "
         f"! rtpopuspay name=pay pt={OPUS_PT} ! {RTP_CAPS} ! wb."
     )
 
@@ -165,12 +181,18 @@ class Peer:
         self.have_remote = False
         self.rx: Any = None
         self.eos_pending: set[str] = set()
-        self.pipe = self.Gst.parse_launch(send_pipeline(args.audio_caps, args.latency_ms))
+        in_room = bool(args.janus or args.whip)
+        self.pipe = self.Gst.parse_launch(
+            send_pipeline(args.audio_caps, args.latency_ms, noise=in_room)
+        )
         self.wb = self.pipe.get_by_name("wb")
+        self.sfu = SfuSignalling(args) if args.janus or args.whip else None
         self.wb.connect("on-ice-candidate", self.on_ice)
         self.wb.connect("pad-added", self.on_pad)
-        if args.role == "caller":
+        if args.role == "caller" or self.sfu is not None:
             self.wb.connect("on-negotiation-needed", self.on_negotiation_needed)
+        if self.sfu is not None:
+            self.wb.connect("notify::ice-gathering-state", self.on_gathering)
         self.offered = False
         for what in ("ice-connection-state", "connection-state", "signaling-state"):
             self.wb.connect(f"notify::{what}", self.on_state)
@@ -239,6 +261,8 @@ class Peer:
 
         def probe(_pad: Any, _info: Any) -> Any:
             self.post({"type": "media", "side": side, "t_ns": time.monotonic_ns()})
+            if self.sfu is not None:  # a room's publisher: sending is all it does
+                self.post({"type": "state", "what": "media", "value": "flowing"})
             return self.Gst.PadProbeReturn.REMOVE
 
         if pad is None:
@@ -265,6 +289,8 @@ class Peer:
         self.post({"to": self.args.peer, **obj})
 
     def on_ice(self, _wb: Any, mline: int, candidate: str) -> None:
+        if self.sfu is not None:
+            return  # the SFU gets the candidates in the offer
         words = candidate.split()
         if len(words) > 4 and words[4] == self.args.ice:
             ice = {"candidate": candidate, "sdpMLineIndex": mline}
@@ -289,7 +315,33 @@ class Peer:
             self.fail(f"webrtcbin could not create the {kind}: {reply}")
             return
         self.wb.emit("set-local-description", desc, self.Gst.Promise.new())
-        self.signal_to_peer({"type": kind, "sdp": desc.sdp.as_text()})
+        if self.sfu is None:
+            self.signal_to_peer({"type": kind, "sdp": desc.sdp.as_text()})
+
+    def on_gathering(self, wb: Any, _spec: Any) -> None:
+        """webrtcbin's thread: once every candidate is gathered, offer to the SFU (from
+        the main loop, which may read webrtcbin's properties)."""
+        if wb.get_property("ice-gathering-state").value_nick == "complete":
+            self.GLib.idle_add(self.offer_to_sfu)
+
+    def offer_to_sfu(self) -> bool:
+        """Send the local offer, its candidates but ``--ice``'s left out, to the SFU (on
+        a thread: HTTP waits) and set its answer."""
+        assert self.sfu is not None
+        offer = only_candidates_of(self.wb.get_property("local-description").sdp.as_text(),
+                                   self.args.ice)  # fmt: skip
+
+        def exchange() -> None:
+            try:
+                answer = self.sfu.publish(offer)  # type: ignore[union-attr]
+            except SignallingError as exc:
+                self.GLib.idle_add(self.fail, f"signalling: {exc}")
+                return
+            self.log("answer received from the SFU")
+            self.GLib.idle_add(self.set_remote, "answer", answer)
+
+        threading.Thread(target=exchange, name="sfu-signalling", daemon=True).start()
+        return False
 
     def set_remote(self, kind: str, sdp: str) -> None:
         GstWebRTC = self.GstWebRTC
@@ -414,11 +466,118 @@ class Peer:
             self.loop.run()
         self.stopping = True
         self.pipe.set_state(self.Gst.State.NULL)
+        if self.sfu is not None:
+            self.sfu.leave()
         self.ws.close()
         if self.failure is not None:
             print(f"error: {self.failure}", file=sys.stderr, flush=True)
             return 1
         return 0
+
+
+class SignallingError(Exception):
+    """The SFU refused or did not answer; ``str()`` says what."""
+
+
+def only_candidates_of(sdp: str, addr: str) -> str:
+    """``sdp`` without the ``a=candidate`` lines of other addresses than ``addr``."""
+    lines = sdp.split("\r\n")
+    keep = [line for line in lines if not line.startswith("a=candidate:")
+            or (line.split() + [""] * 5)[4] == addr]  # fmt: skip
+    return "\r\n".join(keep)
+
+
+class SfuSignalling:
+    """A publisher's one offer/answer with an SFU: Janus's videoroom over its HTTP API, or
+    WHIP; and leaving at the end. Runs on a thread of its own (blocking HTTP)."""
+
+    def __init__(self, args: argparse.Namespace, timeout_s: float = 10.0) -> None:
+        self.args = args
+        self.timeout_s = timeout_s
+        self.session: str | None = None  # Janus: its session URL
+        self.resource: str | None = None  # WHIP: the session's Location
+        self.polling = threading.Event()
+
+    def publish(self, offer: str) -> str:
+        """The SFU's answer to ``offer``; SignallingError."""
+        try:
+            return self._janus(offer) if self.args.janus else self._whip(offer)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise SignallingError(f"{self.args.janus or self.args.whip}: {exc}") from None
+
+    def _request(self, url: str, body: bytes | None, content: str,
+                 method: str | None = None) -> tuple[int, dict[str, str], bytes]:  # fmt: skip
+        request = urllib.request.Request(url, data=body, method=method,
+                                         headers={"Content-Type": content})  # fmt: skip
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as reply:
+                return reply.status, dict(reply.headers), reply.read()
+        except urllib.error.HTTPError as exc:
+            raise SignallingError(f"{url}: HTTP {exc.code} {exc.read()[:200]!r}") from None
+
+    def _janus_post(self, url: str, body: dict[str, Any]) -> dict[str, Any]:
+        body = {**body, "transaction": os.urandom(6).hex()}
+        _, _, data = self._request(url, json.dumps(body).encode(), "application/json", "POST")
+        reply = json.loads(data)
+        if reply.get("janus") == "error":
+            raise SignallingError(f"{url}: {reply.get('error')}")
+        return reply
+
+    def _janus(self, offer: str) -> str:
+        base = self.args.janus.rstrip("/")
+        created = self._janus_post(base, {"janus": "create"})
+        self.session = f"{base}/{created['data']['id']}"
+        attached = self._janus_post(self.session, {"janus": "attach",
+                                                   "plugin": "janus.plugin.videoroom"})  # fmt: skip
+        handle = f"{self.session}/{attached['data']['id']}"
+        join = {"request": "join", "room": self.args.room, "ptype": "publisher",
+                "id": self.args.feed, "display": self.args.id}  # fmt: skip
+        self._janus_post(handle, {"janus": "message", "body": join})
+        self._event(lambda data, _jsep: data.get("videoroom") == "joined")
+        configure = {"request": "configure", "audio": True, "video": False}
+        jsep = {"type": "offer", "sdp": offer, "trickle": False}
+        self._janus_post(handle, {"janus": "message", "body": configure, "jsep": jsep})
+        _, answer = self._event(lambda _data, jsep: jsep is not None)
+        threading.Thread(target=self._keep_alive, name="janus-poll", daemon=True).start()
+        return str(answer["sdp"])
+
+    def _event(self, wanted: Any) -> tuple[dict[str, Any], Any]:
+        """The session's next plugin event that ``wanted(data, jsep)`` accepts (long poll)."""
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            _, _, body = self._request(f"{self.session}?maxev=1", None, "application/json")
+            event = json.loads(body)
+            data = ((event.get("plugindata") or {}).get("data")) or {}
+            if data.get("error"):
+                raise SignallingError(f"videoroom: {data.get('error')}")
+            if event.get("janus") == "event" and wanted(data, event.get("jsep")):
+                return data, event.get("jsep")
+        raise SignallingError(f"{self.session}: no answer within {self.timeout_s:g} s")
+
+    def _keep_alive(self) -> None:
+        """Janus ends a session idle for 60 s: keep polling it until leaving."""
+        while not self.polling.is_set():
+            with contextlib.suppress(OSError, SignallingError, ValueError):
+                self._request(f"{self.session}?maxev=1", None, "application/json")
+
+    def _whip(self, offer: str) -> str:
+        status, headers, body = self._request(self.args.whip, offer.encode(),
+                                              "application/sdp", "POST")  # fmt: skip
+        if status != 201:
+            raise SignallingError(f"{self.args.whip}: HTTP {status}, not 201 Created")
+        location = headers.get("Location") or headers.get("location")
+        if location:
+            self.resource = urllib.parse.urljoin(self.args.whip, location)
+        return body.decode()
+
+    def leave(self) -> None:
+        """Destroy the Janus session or DELETE the WHIP resource (best effort)."""
+        self.polling.set()
+        with contextlib.suppress(OSError, SignallingError, ValueError):
+            if self.session is not None:
+                self._janus_post(self.session, {"janus": "destroy"})
+            elif self.resource is not None:
+                self._request(self.resource, None, "application/sdp", "DELETE")
 
 
 def load_gi() -> tuple[Any, Any, Any, Any]:
@@ -439,8 +598,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gstpeer")
     parser.add_argument("--url", required=True, help="the page server's WebSocket URL")
     parser.add_argument("--id", required=True)
-    parser.add_argument("--peer", required=True)
-    parser.add_argument("--role", choices=("caller", "callee"), required=True)
+    parser.add_argument("--peer", default="", help="the call's other peer (not in a room)")
+    parser.add_argument("--role", choices=("caller", "callee", "publisher"), required=True)
+    parser.add_argument("--janus", default="", help="a room's Janus API (a publisher)")
+    parser.add_argument("--room", type=int, default=0, help="Janus's videoroom")
+    parser.add_argument("--feed", type=int, default=0, help="the publisher's feed id")
+    parser.add_argument("--whip", default="", help="a room's WHIP endpoint (a publisher)")
     parser.add_argument("--ice", required=True, help="the only local address to signal")
     parser.add_argument("--audio-caps", default=DEFAULT_AUDIO_CAPS)
     parser.add_argument("--latency-ms", type=int, default=DEFAULT_LATENCY_MS)

@@ -47,7 +47,7 @@ def join_browser_legs(
             if len(sent.t_ns) and j.rtp_clock is not None:
                 j = _after_browser_sender(j, log.process, sent, j.rtp_clock)
             elif len(got.t_ns) and j.rtp_clock is None:
-                unit_rtp = _unit_rtp_at_payloader(j, table)
+                unit_rtp = unit_rtp_at_payloader(j, table)
                 if unit_rtp is not None:
                     j = _before_browser_receiver(j, log.process, got, *unit_rtp)
         out.append(j)
@@ -101,7 +101,7 @@ def _before_browser_receiver(
     return joined
 
 
-def _unit_rtp_at_payloader(j: Journeys, table: EventTable) -> tuple[np.ndarray, int] | None:
+def unit_rtp_at_payloader(j: Journeys, table: EventTable) -> tuple[np.ndarray, int] | None:
     """Each unit's last sample as an RTP timestamp, from the first probe of the path that
     carried the stream's RTP packets with media time (the payloader's source pad)."""
     probes = [table.probes[i] for i in j.path.probes]

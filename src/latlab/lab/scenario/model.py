@@ -98,6 +98,10 @@ WebrtcPeer = Literal["gstreamer"]
 WEBRTC_JITTERBUFFER_MAX_MS = 1_000_000  # webrtcbin takes any; beyond 1000 s is a typo
 BROWSER_JITTERBUFFER_MAX_MS = 4000  # the most RTCRtpReceiver.jitterBufferTarget takes
 MAX_PERIODS = 32
+# SFUs latlab's webrtcbin peer publishes into: Janus's HTTP API. Not LiveKit (protobuf
+# signalling over a WebSocket), not latlab-sfu (its DTLS refuses GStreamer 1.22's
+# handshake: "sslv3 alert handshake failure" right after ICE connects).
+GST_PUBLISHER_SERVERS = ("janus",)
 MAX_LOAD_PUBLISHERS = 64  # light participants of one [loads.NAME] (one process)
 MAX_LOAD_SUBSCRIBERS = 256
 SIGNAL_RATE = 48000  # the signal file's rate unless a device injects
@@ -540,9 +544,18 @@ class RoomTable(Table):
         if len(set(members)) != len(members):
             raise Problem("a process is both publisher and subscriber, or named twice", at,
                           absolute=True)  # fmt: skip
+        server = doc.sfus[self.sfu].server
         for name in members:
-            if not isinstance(processes.get(name), BrowserProcess):
-                raise Problem(f"'{name}' is not a browser process", at, absolute=True)
+            process = processes.get(name)
+            gst_publisher = isinstance(process, WebrtcProcess) and name in self.publishers
+            if gst_publisher and server not in GST_PUBLISHER_SERVERS:
+                problem = (f"'{name}' is a webrtcbin peer: it publishes through Janus only "
+                           f"(its signalling), not {server}")  # fmt: skip
+                raise Problem(problem, at, absolute=True)
+            if not isinstance(process, BrowserProcess) and not gst_publisher:
+                what = "a browser process" + (" or a webrtcbin publisher"
+                                              if name in self.publishers else "")  # fmt: skip
+                raise Problem(f"'{name}' is not {what}", at, absolute=True)
             host = processes[name].host
             if not any(set(link.between) == {host, sfu_host} for link in doc.links):
                 problem = f"'{name}' (host '{host}') needs a [[links]] to the SFU's host"

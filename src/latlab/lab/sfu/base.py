@@ -101,6 +101,12 @@ class SfuServer:
         ``room`` on this server, and the page's query parameters besides ``id``."""
         raise NotImplementedError
 
+    def gst_publisher_args(self, room: Room, member: str) -> list[str]:
+        """The arguments by which latlab's webrtcbin peer publishes into ``room`` as
+        ``member`` (:mod:`latlab.lab.gstpeer`); SfuError where this server's signalling
+        is not one the peer speaks (the scenario refuses that before a run)."""
+        raise SfuError(f"SFU '{self.name}' ({self.kind}) takes no webrtcbin publisher")
+
     def load_args(self, load: Load) -> list[str]:
         """The arguments by which ``latlab-loadgen`` reaches this server and its room for
         ``load`` (``--sfu`` and what that kind needs; :mod:`latlab.lab.loadgen`)."""

@@ -151,6 +151,11 @@ class JanusServer(SfuServer):
         """Its HTTP API, on the host's first lab address."""
         return f"http://{self.addr}:{self.spec.http_port}/janus"
 
+    def gst_publisher_args(self, room: Room, member: str) -> list[str]:
+        """Its HTTP API, the room and the member's feed id (as a browser's)."""
+        return ["--janus", self.api_url, "--room", str(ROOM), "--feed",
+                str(feed_id(room, member))]  # fmt: skip
+
     def load_args(self, load: Load) -> list[str]:
         """Its HTTP API and the room (latlab-loadgen signals over the same API)."""
         return ["--sfu", "janus", "--url", self.api_url, "--room", str(ROOM)]
