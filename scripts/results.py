@@ -102,6 +102,16 @@ RESULTS: tuple[Result, ...] = (
     _run("webrtc-jitter-step", "A call through 30 ms of link jitter for 5 s."),
     _run("webrtc-blackbox", "Time-coded audio between two browsers beside the probes."),
     _run("webrtc-network-sweep", "A call over 16 network settings.", timeout_s=1800),
+    # SFUs (docs/sfu.md)
+    _run("sfu-janus", "Chromium publisher and subscribers through Janus."),
+    _run("sfu-livekit", "Chromium publisher and subscribers through LiveKit."),
+    _run("sfu-janus-gst", "A traced webrtcbin publisher through Janus, per 10 ms."),
+    _run("sfu-load-janus", "Janus under a growing light load: its curve and knee.", timeout_s=1200),
+    _run(
+        "sfu-compare",
+        "The same light loads through Janus and LiveKit, side by side.",
+        timeout_s=1800,
+    ),
 )
 
 
