@@ -11,6 +11,9 @@ reader, and a three-layer simulcast call of headless Chromium through it.
   WHEP with fetch and RTCPeerConnection). Both subscribers decode video and reach the top
   layer as their estimate grows; then one subscriber's browser is killed, the SFU drops
   it (ICE consent stops) and the other keeps decoding.
+* In the lab (``scenarios/sfu-latlab.toml`` with its probes on): latlab-sfu binds only its
+  host's address, the capture's matcher finds every forwarded media packet, and the
+  dwell it measures from outside agrees with the probes' from inside on the same run.
 
 Every wait is on a line a program prints (the SFU's ``ready``, the load's ``ready`` and
 ``summary``, the pages' getStats reports the SFU logs) with a deadline.
@@ -29,12 +32,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
+from latlab import rundir
 from latlab.ingest.events import load_traces
 from latlab.ingest.trace_format import Kind
 from latlab.ingest.trace_reader import read_trace
 from latlab.tracer import BUILD_DIR
+from tests.conftest import latlab
 
 SFU = BUILD_DIR / "latlab-sfu"
 LOAD = BUILD_DIR / "latlab-sfu-load"
@@ -129,6 +135,12 @@ def test_probes_round_trip_through_the_python_reader(tmp_path: Path) -> None:
     stamped = fwd["offset"] != NONE
     assert stamped.mean() > 0.99, "the kernel stamps loopback datagrams"
     assert (fwd["offset"][stamped] <= fwd["offset_end"][stamped]).all()
+    # The kernel's transmit stamp (duration) lies between the receive call's return and
+    # the send call's.
+    sent = fwd["duration"] != NONE
+    assert sent.mean() > 0.99, "the kernel stamps what loopback sends"
+    assert (fwd["offset_end"][sent] < fwd["duration"][sent]).all()
+    assert (fwd["duration"][sent] <= fwd["t_ns"][sent]).all()
     # The event table names the probes as DESIGN.md does.
     table = load_traces([trace_path])
     names = {p.name for p in table.probes}
@@ -239,3 +251,61 @@ def test_chromium_simulcast_call_through_latlab_sfu(
         code = stop(sfu)
     assert code == 0
     assert not [line for line in err.seen if "panic" in line]
+
+
+# --- in the lab: scenarios/sfu-latlab.toml, probes on -------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.timeout(300)
+def test_inside_and_outside_dwell_agree_in_the_lab(tmp_path: Path) -> None:
+    if os.geteuid() != 0 or not CHROMIUM.is_file():
+        pytest.skip("needs root (namespaces) and Chromium")
+    text = (REPO / "scenarios" / "sfu-latlab.toml").read_text(encoding="utf-8")
+    assert "\ncost = true\n" in text
+    scenario = tmp_path / "sfu-latlab-probes.toml"
+    scenario.write_text(text.replace("\ncost = true\n", "\ncost = false\n"), encoding="utf-8")
+    out = tmp_path / "run"
+    result = latlab("run", str(scenario), "--out", str(out), timeout=280)
+    assert result.returncode == 0, result.stderr
+    run = json.loads((out / rundir.RUN_FILE).read_text())
+    sfu = run["sfus"]["sfu"]
+    assert sfu["server"] == "latlab" and sfu["version"].startswith("latlab-sfu")
+    addr = sfu["api"].split("//")[1].split(":")[0]
+    assert sfu["listening"] == [f"tcp {addr}:8089", f"udp {addr}:20000"]
+    assert sfu["trace"] == "traces/sfu.lltrace"
+
+    summary = json.loads((out / rundir.SUMMARY_FILE).read_text())
+    fwd_summary = summary["forwarding"]["sfu"]
+    # Every forwarded media packet is matched; what is not is str0m's RTX padding.
+    trace = read_trace(out / sfu["trace"])
+    assert trace.complete and trace.dropped == 0
+    ev = trace.events
+    fwd = ev[ev["kind"] == Kind.FWD]
+    media_ssrcs = set(np.unique(fwd["rtp_ssrc"]).tolist())
+    legs = fwd_summary["legs"]
+    media_legs = [leg for leg in legs if int(leg["ssrc"], 16) in media_ssrcs]
+    assert len(media_legs) == 4  # audio and video to each of two subscribers
+    assert all(leg["matched"] == leg["packets"] > 100 for leg in media_legs), media_legs
+
+    # The same packets, from outside (the capture) and from inside (the probes).
+    table = pq.read_table(out / rundir.FORWARDING_FILE)
+    matched = table.column("status").to_numpy(zero_copy_only=False) == "matched"
+    ssrc, seq = (table.column(c).to_numpy()[matched].astype(np.int64) for c in ("ssrc", "seq"))
+    egress_key = (ssrc << 16) | seq
+    outside_ms = table.column("dwell_ms").to_numpy()[matched]
+    fwd_key = (fwd["rtp_ssrc"].astype(np.int64) << 16) | fwd["rtp_seq"].astype(np.int64)
+    order = np.argsort(fwd_key)
+    at = np.searchsorted(fwd_key[order], egress_key)
+    found = (at < len(order)) & (fwd_key[order][np.minimum(at, len(order) - 1)] == egress_key)
+    assert found.mean() > 0.99, "matched packets the probes did not record"
+    inside = fwd[order][at[found]]
+    stamped = (inside["offset"] != NONE) & (inside["duration"] != NONE)
+    assert stamped.mean() > 0.99
+    rx, tx = (inside[f][stamped].astype(np.int64) for f in ("offset", "duration"))
+    outside, kernel = np.median(outside_ms[found][stamped]), np.median((tx - rx) / 1e6)
+    # The kernel's receive and transmit stamps against the capture's, on the same packets.
+    # Issue 18 asks for p50 within 0.1 ms; syscall returns gave 0.06-0.11 ms apart (the
+    # capture sees a packet leave before the send call returns).
+    assert abs(outside - kernel) < 0.1, (outside, kernel)

@@ -121,7 +121,8 @@ impl Record {
     /// The source's keys and times sit in fields a `fwd` record does not otherwise use:
     /// `offset` the kernel's receive time, `offset_end` the receive call's return, `dts`
     /// its SSRC (low 32 bits) and RTP timestamp (high 32 bits), `list_index` its
-    /// sequence number.
+    /// sequence number; `duration` is left for the kernel's transmit time of the packet
+    /// ([`NONE`] until the caller sets it).
     #[inline]
     pub fn fwd(
         t_ns: u64,

@@ -21,7 +21,7 @@ pub const SLOT: usize = 2048;
 /// At most this many datagrams per GSO message (the kernel's UDP_MAX_SEGMENTS is 64).
 const GSO_MAX_SEGMENTS: usize = 64;
 const GSO_MAX_BYTES: usize = 65000;
-const CONTROL_WORDS: usize = 8;
+const CONTROL_WORDS: usize = 16;
 
 #[cfg(target_os = "linux")]
 const SOL_UDP: libc::c_int = 17;
@@ -70,6 +70,9 @@ pub struct Socket {
     pub kernel_stamps: bool,
     /// The kernel segments UDP for us (UDP_SEGMENT).
     pub gso: bool,
+    /// The kernel stamps sent datagrams (SO_TIMESTAMPING, software TX, on the error
+    /// queue): only for the probes.
+    pub tx_stamps: bool,
 }
 
 impl Socket {
@@ -90,6 +93,7 @@ impl Socket {
             local: addr,
             kernel_stamps: false,
             gso: false,
+            tx_stamps: false,
         };
         let size: libc::c_int = 4 << 20;
         for (force, plain) in [
@@ -128,6 +132,20 @@ impl Socket {
             ) == 0
         };
         Ok(sock)
+    }
+}
+
+impl Socket {
+    /// Asks the kernel for a software transmit timestamp of every datagram sent, with
+    /// its per-socket sequence number (OPT_ID) and without the data (OPT_TSONLY), on the
+    /// error queue; whether it agreed.
+    pub fn enable_tx_stamps(&mut self) -> bool {
+        let flags: libc::c_uint = libc::SOF_TIMESTAMPING_TX_SOFTWARE
+            | libc::SOF_TIMESTAMPING_SOFTWARE
+            | libc::SOF_TIMESTAMPING_OPT_ID
+            | libc::SOF_TIMESTAMPING_OPT_TSONLY;
+        self.tx_stamps = setsockopt(self.fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, &flags);
+        self.tx_stamps
     }
 }
 
@@ -318,7 +336,100 @@ pub struct SendBatch {
     msgs: Vec<libc::mmsghdr>,
     /// First slot of each message.
     msg_first: Vec<usize>,
+    /// Per message: its transmit stamp (CLOCK_REALTIME ns), 0 until the kernel gives one.
+    msg_stamp: Vec<u64>,
+    /// Per message sent: its OPT_ID (the socket's count of datagrams sent before it).
+    msg_id: Vec<u32>,
+    /// Per message: when the call that sent it returned (CLOCK_MONOTONIC ns; 0: not sent).
+    msg_return: Vec<u64>,
+    /// The OPT_ID the next datagram sent will have.
+    next_id: u32,
+    errq: ErrQueue,
     pub len: usize,
+}
+
+/// Preallocated messages to read transmit stamps from the error queue.
+struct ErrQueue {
+    ctrl: Vec<[u64; CONTROL_WORDS]>,
+    bufs: Vec<[u8; 64]>,
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+impl ErrQueue {
+    fn new(cap: usize) -> ErrQueue {
+        ErrQueue {
+            ctrl: vec![[0u64; CONTROL_WORDS]; cap],
+            bufs: vec![[0u8; 64]; cap],
+            // SAFETY: all-zero is a valid iovec and mmsghdr.
+            iovs: vec![unsafe { mem::zeroed() }; cap],
+            msgs: vec![unsafe { mem::zeroed() }; cap],
+        }
+    }
+
+    /// Reads what waits on the error queue, handing `(OPT_ID, CLOCK_REALTIME ns)` of each
+    /// software transmit stamp to `found`; the number of messages read.
+    fn read(&mut self, fd: RawFd, mut found: impl FnMut(u32, u64)) -> usize {
+        let cap = self.msgs.len();
+        for i in 0..cap {
+            self.iovs[i] = libc::iovec {
+                iov_base: self.bufs[i].as_mut_ptr() as *mut libc::c_void,
+                iov_len: 64,
+            };
+            let h = &mut self.msgs[i].msg_hdr;
+            h.msg_name = std::ptr::null_mut();
+            h.msg_namelen = 0;
+            h.msg_iov = &mut self.iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = self.ctrl[i].as_mut_ptr() as *mut libc::c_void;
+            h.msg_controllen = mem::size_of::<[u64; CONTROL_WORDS]>() as _;
+            h.msg_flags = 0;
+        }
+        // SAFETY: every msghdr points to live buffers of this queue.
+        let n = unsafe {
+            libc::recvmmsg(
+                fd,
+                self.msgs.as_mut_ptr(),
+                cap as libc::c_uint,
+                libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT,
+                std::ptr::null_mut(),
+            )
+        };
+        if n <= 0 {
+            return 0;
+        }
+        for i in 0..n as usize {
+            let (mut id, mut stamp) = (None, None);
+            // SAFETY: walking the control buffer the kernel filled, with the CMSG macros.
+            unsafe {
+                let msg = &self.msgs[i].msg_hdr;
+                let mut cmsg = libc::CMSG_FIRSTHDR(msg);
+                while !cmsg.is_null() {
+                    let c = &*cmsg;
+                    if c.cmsg_level == libc::SOL_SOCKET && c.cmsg_type == libc::SCM_TIMESTAMPING {
+                        let ts = std::ptr::read_unaligned(
+                            libc::CMSG_DATA(cmsg) as *const libc::timespec
+                        );
+                        if ts.tv_sec > 0 {
+                            stamp = Some(ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64);
+                        }
+                    } else if c.cmsg_level == libc::SOL_IP && c.cmsg_type == libc::IP_RECVERR {
+                        let e = std::ptr::read_unaligned(
+                            libc::CMSG_DATA(cmsg) as *const libc::sock_extended_err
+                        );
+                        if e.ee_origin == libc::SO_EE_ORIGIN_TIMESTAMPING {
+                            id = Some(e.ee_data);
+                        }
+                    }
+                    cmsg = libc::CMSG_NXTHDR(msg, cmsg);
+                }
+            }
+            if let (Some(id), Some(stamp)) = (id, stamp) {
+                found(id, stamp);
+            }
+        }
+        n as usize
+    }
 }
 
 impl SendBatch {
@@ -340,8 +451,18 @@ impl SendBatch {
             ctrl: vec![[0u64; CONTROL_WORDS]; cap],
             msgs: vec![unsafe { mem::zeroed() }; cap],
             msg_first: vec![0; cap],
+            msg_stamp: vec![0; cap],
+            msg_id: vec![0; cap],
+            msg_return: vec![0; cap],
+            next_id: 0,
+            errq: ErrQueue::new(cap),
             len: 0,
         }
+    }
+
+    /// Reads and forgets what waits on the error queue (stamps that came too late).
+    pub fn discard_errors(&mut self, sock: &Socket) {
+        while self.errq.read(sock.fd, |_, _| {}) == self.errq.msgs.len() {}
     }
 
     pub fn is_full(&self) -> bool {
@@ -389,14 +510,15 @@ impl SendBatch {
         }
     }
 
-    /// Sends every queued datagram; `sent(record, t_ns)` is called for each datagram
-    /// once the call that sent it returned (its record then completes). Datagrams the kernel
+    /// Sends every queued datagram; `sent(record, t_ns, kernel_tx)` is called for each
+    /// datagram once the call that sent it returned (its record then completes), with the
+    /// kernel's transmit stamp when the socket gives them (CLOCK_REALTIME ns). Datagrams the kernel
     /// refuses (a full socket buffer) are dropped and counted: the loop never blocks.
     pub fn flush(
         &mut self,
         sock: &Socket,
         counts: &mut NetCounts,
-        mut sent: impl FnMut(Option<Record>, u64),
+        mut sent: impl FnMut(Option<Record>, u64, Option<u64>),
     ) {
         if self.len == 0 {
             return;
@@ -479,6 +601,7 @@ impl SendBatch {
             k += count;
         }
         // Send the messages, in as many calls as the kernel needs.
+        let end_of = |firsts: &[usize], msg: usize| if msg + 1 < m { firsts[msg + 1] } else { n };
         let mut done = 0;
         while done < m {
             counts.send_calls += 1;
@@ -506,30 +629,45 @@ impl SendBatch {
             if rc <= 0 {
                 // EAGAIN (buffer full) or an error for the first message (e.g. a
                 // destination gone): drop it, go on with the rest.
-                let first = self.msg_first[done];
-                let end = if done + 1 < m {
-                    self.msg_first[done + 1]
-                } else {
-                    n
-                };
-                counts.send_dropped += (end - first) as u64;
+                let datagrams = end_of(&self.msg_first, done) - self.msg_first[done];
+                counts.send_dropped += datagrams as u64;
+                self.msg_return[done] = 0; // not sent: no records
                 done += 1;
                 continue;
             }
-            let sent_msgs = rc as usize;
-            for msg in done..done + sent_msgs {
-                let first = self.msg_first[msg];
-                let end = if msg + 1 < m {
-                    self.msg_first[msg + 1]
-                } else {
-                    n
-                };
-                for pos in first..end {
-                    sent(self.records[self.order[pos]], t_ns);
-                }
-                counts.datagrams_out += (end - first) as u64;
+            for msg in done..done + rc as usize {
+                // The kernel counts send calls' messages (a GSO message is one).
+                let datagrams = end_of(&self.msg_first, msg) - self.msg_first[msg];
+                self.msg_id[msg] = self.next_id;
+                self.next_id = self.next_id.wrapping_add(1);
+                self.msg_stamp[msg] = 0;
+                self.msg_return[msg] = t_ns;
+                counts.datagrams_out += datagrams as u64;
             }
-            done += sent_msgs;
+            done += rc as usize;
+        }
+        // The transmit stamps of what was sent (a veth's, a NIC driver's: there by now).
+        if sock.tx_stamps {
+            let (ids, stamps, returns) = (&self.msg_id, &mut self.msg_stamp, &self.msg_return);
+            loop {
+                let got = self.errq.read(sock.fd, |id, stamp| {
+                    if let Some(msg) = (0..m).find(|&k| returns[k] != 0 && ids[k] == id) {
+                        stamps[msg] = stamp;
+                    }
+                });
+                if got < self.errq.msgs.len() {
+                    break;
+                }
+            }
+        }
+        for msg in 0..m {
+            if self.msg_return[msg] == 0 {
+                continue;
+            }
+            let stamp = (self.msg_stamp[msg] != 0).then_some(self.msg_stamp[msg]);
+            for pos in self.msg_first[msg]..end_of(&self.msg_first, msg) {
+                sent(self.records[self.order[pos]], self.msg_return[msg], stamp);
+            }
         }
         self.len = 0;
         self.owned.clear();
@@ -580,6 +718,8 @@ impl Drop for Waker {
 pub struct Ready {
     pub socket: bool,
     pub waker: bool,
+    /// The socket's error queue holds something (a late transmit stamp, an ICMP error).
+    pub error: bool,
 }
 
 /// Blocks until the socket has data, the waker was woken, a signal arrived or
@@ -607,7 +747,8 @@ pub fn wait(sock: &Socket, waker: &Waker, timeout_ns: Option<u64>) -> Ready {
         return Ready::default();
     }
     Ready {
-        socket: fds[0].revents != 0,
+        socket: fds[0].revents & libc::POLLIN != 0,
+        error: fds[0].revents & libc::POLLERR != 0,
         waker: fds[1].revents != 0,
     }
 }
@@ -664,11 +805,11 @@ mod tests {
         let mut sent = 0;
         for d in &got {
             if sb.is_full() {
-                sb.flush(&sock, &mut counts, |_, _| sent += 1);
+                sb.flush(&sock, &mut counts, |_, _, _| sent += 1);
             }
             sb.push(dest, d, None, &mut counts);
         }
-        sb.flush(&sock, &mut counts, |_, _| sent += 1);
+        sb.flush(&sock, &mut counts, |_, _, _| sent += 1);
         assert_eq!(sent, sizes.len());
         let mut buf = [0u8; 4096];
         for (i, &n) in sizes.iter().enumerate() {

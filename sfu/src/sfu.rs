@@ -289,6 +289,10 @@ impl Sfu {
         self.sock.kernel_stamps
     }
 
+    pub fn tx_stamps(&self) -> bool {
+        self.sock.tx_stamps
+    }
+
     /// Runs until SIGINT/SIGTERM.
     pub fn run(&mut self) -> Result<(), String> {
         let mut more = false;
@@ -305,6 +309,9 @@ impl Sfu {
                 if ready.waker {
                     self.waker.clear();
                     self.handle_requests();
+                }
+                if ready.error {
+                    self.send.discard_errors(&self.sock);
                 }
                 if !ready.socket {
                     continue;
@@ -576,12 +583,15 @@ impl Sfu {
             return;
         }
         let probes = self.probes.as_ref();
-        self.send.flush(&self.sock, &mut self.net, |record, t_ns| {
-            if let (Some(p), Some(mut r)) = (probes, record) {
-                r.t_ns = t_ns;
-                p.record(r);
-            }
-        });
+        let offset = self.realtime_offset;
+        self.send
+            .flush(&self.sock, &mut self.net, |record, t_ns, kernel_tx| {
+                if let (Some(p), Some(mut r)) = (probes, record) {
+                    r.t_ns = t_ns;
+                    r.duration = kernel_tx.map_or(NONE, |k| (k as i64 - offset) as u64);
+                    p.record(r);
+                }
+            });
     }
 
     // ---- timers -------------------------------------------------------------------

@@ -26,7 +26,11 @@ use latlab_sfu::{alloc, args, http, logger, net, probe, sfu};
 static GLOBAL: alloc::Counting = alloc::Counting;
 
 fn run(cfg: args::Config) -> Result<(), String> {
-    let sock = net::Socket::bind(SocketAddrV4::new(cfg.bind, cfg.udp_port))?;
+    let mut sock = net::Socket::bind(SocketAddrV4::new(cfg.bind, cfg.udp_port))?;
+    if cfg.trace.is_some() {
+        // The probes' egress instant from the kernel too (software transmit stamps).
+        sock.enable_tx_stamps();
+    }
     let waker = Arc::new(net::Waker::new()?);
     let requests = http::start(cfg.bind, cfg.http_port, waker.clone())?;
     // SAFETY: gettid has no preconditions.
@@ -41,7 +45,7 @@ fn run(cfg: args::Config) -> Result<(), String> {
     let mut sfu = sfu::Sfu::new(cfg.clone(), sock, waker, requests, probes)?;
     sfu::install_stop_handlers();
     println!(
-        "ready: http {}:{} udp {}:{} batch {} pool {} gso {} kernel-stamps {} trace {}",
+        "ready: http {}:{} udp {}:{} batch {} pool {} gso {} kernel-stamps {} trace {}{}",
         cfg.bind,
         cfg.http_port,
         cfg.bind,
@@ -53,6 +57,11 @@ fn run(cfg: args::Config) -> Result<(), String> {
         cfg.trace
             .as_ref()
             .map_or("off".to_string(), |p| p.display().to_string()),
+        if sfu.tx_stamps() {
+            " (kernel tx stamps)"
+        } else {
+            ""
+        },
     );
     let _ = std::io::stdout().flush();
     let allocs_before = alloc::count();
