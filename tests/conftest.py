@@ -37,7 +37,7 @@ E2E_PROGRAMS = frozenset(
         "ip", "tc", "nsenter", "unshare", "jackd", "pulseaudio",
         "chromium", "linux.uml", "qemu-system-x86_64", "latlab-linkemu", "latlab-kuprobe",
         "latlab-capture", "latlab-relay", "janus", "perf", "livekit-server",
-        "latlab-loadgen", "latlab-sfu",
+        "latlab-loadgen", "latlab-sfu", "latlab-sfu-load",
     }
 )  # fmt: skip
 
