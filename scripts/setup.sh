@@ -10,9 +10,10 @@ APT_PACKAGES=(
     gstreamer1.0-tools gstreamer1.0-plugins-base gstreamer1.0-plugins-good
     gstreamer1.0-plugins-bad gstreamer1.0-plugins-ugly gstreamer1.0-libav libgstreamer1.0-dev
     libgstreamer-plugins-base1.0-dev pkg-config build-essential iproute2 iputils-ping
-    python3 python3-venv python3-dev procps  # python3-dev: pesq builds a C extension
+    python3 python3-venv python3-dev procps  # python3-dev: for Python packages without a wheel
     jackd2 pulseaudio pulseaudio-utils
     ethtool
+    espeak-ng  # the quality matrix's speech reference, synthesised offline (latlab.signal.avclip)
     linux-perf  # cost = true: a process's CPU time, switches, syscalls (perf stat)
     janus janus-demos janus-tools  # [sfus.NAME] server = "janus": the videoroom SFU, janus.js
     user-mode-linux kmod  # a kernel with sch_netem for the netem backend's test (tests/test_netem.py)
@@ -163,7 +164,7 @@ python_environment() {
         log "creating the Python environment (.venv)"
         /usr/bin/python3 -m venv .venv
     fi
-    if ! .venv/bin/python -c "import latlab, numpy, pyarrow, typer, rich, aiohttp, pytest, duckdb, pyspark" 2>/dev/null \
+    if ! .venv/bin/python -c "import latlab, numpy, pyarrow, typer, rich, aiohttp, pytest, duckdb, pyspark, visqol" 2>/dev/null \
         || [ pyproject.toml -nt .venv/.latlab-installed ]; then
         log "installing Python dependencies into .venv"
         .venv/bin/pip install --quiet --disable-pip-version-check -e '.[dev,spark]'

@@ -4,6 +4,7 @@ resamplers; bad recordings give one line naming the file and what was found."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -276,6 +277,9 @@ def test_compare_finds_latency_steps_and_dropouts(tmp_path: Path) -> None:
 
 
 @needs_gst
+@pytest.mark.skipif(
+    importlib.util.find_spec("pesq") is None, reason="PESQ is optional: pip install -e '.[pesq]'"
+)
 def test_pesq_through_opus(tmp_path: Path) -> None:
     """PESQ (narrow- and wideband): a copy scores near the top, Opus at 16 kbit/s lower."""
     from latlab.signal.correlate import pesq_scores

@@ -273,7 +273,9 @@ def pesq_scores(
     try:
         from pesq import NoUtterancesError, PesqError, pesq
     except ImportError as exc:
-        raise SignalError(f"PESQ needs the pesq package ({exc}); pip install pesq") from None
+        from latlab.signal.mos import PESQ_MISSING
+
+        raise SignalError(f"{PESQ_MISSING} ({exc})") from None
 
     shift = max(0, round(latency_s * rate))
     aligned = received[shift:]
