@@ -105,11 +105,12 @@ RESULTS: tuple[Result, ...] = (
     # SFUs (docs/sfu.md)
     _run("sfu-janus", "Chromium publisher and subscribers through Janus."),
     _run("sfu-livekit", "Chromium publisher and subscribers through LiveKit."),
+    _run("sfu-latlab", "Chromium publisher and subscribers through latlab-sfu."),
     _run("sfu-janus-gst", "A traced webrtcbin publisher through Janus, per 10 ms."),
     _run("sfu-load-janus", "Janus under a growing light load: its curve and knee.", timeout_s=1200),
     _run(
         "sfu-compare",
-        "The same light loads through Janus and LiveKit, side by side.",
+        "The same light loads through Janus, LiveKit and latlab-sfu, side by side.",
         timeout_s=1800,
     ),
 )
