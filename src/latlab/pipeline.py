@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 from latlab import rundir
 from latlab.analysis import store
 from latlab.analysis.blackbox import BlackBoxError, black_box_summary
+from latlab.analysis.clock_apply import Aligner, annotate_summary
 from latlab.analysis.cost import process_costs
 from latlab.analysis.element_stats import srt_summary, stats_table
 from latlab.analysis.loads import load_figures
@@ -164,8 +165,10 @@ def _analyze(run_dir: Path, meta: dict[str, Any], unit: float) -> tuple[RunAnaly
     untraced = bool(browsers or rundir.capture_hosts(run_dir) or meta.get("costs"))
     table = load_run(run_dir, link_logs, allow_no_traces=untraced)
     forwarding, forwarded = sfu_dwell(run_dir)
-    streams = analyze(table, unit, meta, browsers, link_logs, forwarded)
+    aligner = Aligner(run_dir, meta, table)
+    streams = analyze(table, unit, meta, browsers, link_logs, forwarded, aligner=aligner)
     summary = build_summary(meta, table, streams)
+    annotate_summary(summary, streams, aligner)
     resources = summarize_resources(
         run_dir / RESOURCES_FILE,
         meta.get("measure_start_monotonic_ns"),

@@ -41,6 +41,8 @@ SFUS = "sfus"  # sfus/NAME/: an SFU's configuration (written by latlab) and its 
 SFU_LOG = "janus.log"  # in sfus/NAME/: Janus's log
 LIVEKIT_CONFIG = "livekit.yaml"  # in sfus/NAME/: LiveKit's configuration (its log: stderr)
 LOADS = "loads"  # loads/NAME.jsonl: a load generator's counters, a line a second
+CLOCK_DIR = "clock"  # clock/NAME.jsonl: a clock domain's samples and two-way exchanges
+CLOCK_LOG_SUFFIX = ".jsonl"
 BROWSERS = "browsers"
 SIGNAL = "signal"
 # In signal/ (a [signal] table, the black box): what was played and what was recorded,
@@ -77,6 +79,7 @@ POINTS_DIR = "points"
 
 ANALYSIS_INPUT_FILES = (RUN_FILE, SCENARIO_FILE, RESOURCES_FILE)
 ANALYSIS_INPUT_DIRS = (TRACES, LINKS, CAPTURES, COSTS, BROWSERS, SIGNAL)
+ANALYSIS_INPUT_DIRS += (CLOCK_DIR,)  # the clock logs align the run's clock domains
 
 
 class RunDirError(UserInputError, ValueError):
@@ -235,6 +238,42 @@ def capture_hosts(run_dir: Path) -> list[str]:
         return []
     return sorted(p.name.removesuffix(LINK_LOG_SUFFIX) for p in directory.iterdir()
                   if p.name.endswith(LINK_LOG_SUFFIX))  # fmt: skip
+
+
+def clock_log(run_dir: Path, name: str) -> Path:
+    """A clock agent's log (a domain's samples and exchanges): ``clock/NAME.jsonl``."""
+    return Path(run_dir) / CLOCK_DIR / f"{name}{CLOCK_LOG_SUFFIX}"
+
+
+def clock_logs(run_dir: Path) -> list[Path]:
+    """The clock logs of a run, sorted."""
+    directory = Path(run_dir) / CLOCK_DIR
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.name.endswith(CLOCK_LOG_SUFFIX))
+
+
+def process_clock_domains(meta: dict[str, Any] | None) -> dict[str, str]:
+    """The clock domain of each trace file of a run (``NAME-PID.lltrace`` -> domain) and of
+    its link logs (``links/A-B.lllink`` -> domain), from run.json: a process's
+    ``clock_domain``, else its host's, else the run's; empty for a run of one domain
+    that does not name it."""
+    if not meta:
+        return {}
+    default = (meta.get("clock") or {}).get("domain")
+    hosts = meta.get("hosts") or {}
+    found: dict[str, str] = {}
+    for proc in meta.get("processes") or []:
+        if not isinstance(proc, dict) or proc.get("pid") is None:
+            continue
+        host = hosts.get(proc.get("host") or "") or {}
+        domain = proc.get("clock_domain") or host.get("clock_domain") or default
+        if domain:
+            found[trace_file(str(proc.get("name")), int(proc["pid"]))] = str(domain)
+    for link in meta.get("links") or []:
+        if isinstance(link, dict) and link.get("log") and link.get("clock_domain"):
+            found[Path(str(link["log"])).name] = str(link["clock_domain"])
+    return found
 
 
 def trace_dir(run_dir: Path) -> Path:

@@ -64,6 +64,10 @@ class SyntheticRtpAudio:
     link_out_before: int = 40 * US  # ... and releases it this long before the receiver reads it
     sender_base: int = 1_000_000 * MS
     receiver_base: int = 999_000 * MS
+    # The receiver's clock against the sender's (another machine): a receiver time t is
+    # written as t + offset + drift_ppm x 1e-6 x (t - sender_base); all in one clock: 0, 0.
+    receiver_offset: int = 0
+    receiver_drift_ppm: float = 0.0
 
 
 @dataclass
@@ -293,21 +297,30 @@ def _write_receiver(out_dir, p, s, arrivals, rel, jb, split) -> None:
         w.caps(3, 0, "audio/x-raw, rate=(int)48000, channels=(int)2")
         for idx, name in enumerate(("udpsrc0:src", "rtpjitterbuffer0:src")):
             w.thread(idx, 200 + idx, name)
-        w.clock(1, p.receiver_base, p.receiver_base, p.receiver_base)
+        base = int(_receiver_clock(p, np.array([p.receiver_base]))[0])
+        w.clock(1, base, base, base)
         dur = np.full(len(rel), p.ptime)
         sdur = np.full(len(split_pts), p.split)
         done = _raw(render, split_pts, sdur, 4, 1)
         done["kind"] = Kind.DONE
-        _write_in_time_order(
-            w,
-            [
-                _rtp(arr_t, arr_t - p.receiver_base, s.seq[arr_idx], s.rtp_ts[arr_idx], 1, 0),
-                _rtp(jb_out[rel], recv_pts[rel], s.seq[rel], s.rtp_ts[rel], 2, 1),
-                _raw(depay[rel], recv_pts[rel], dur, 3, 1),
-                _raw(split_push, split_pts, sdur, 4, 1),
-                done,
-            ],
-        )
+        parts = [
+            _rtp(arr_t, arr_t - p.receiver_base, s.seq[arr_idx], s.rtp_ts[arr_idx], 1, 0),
+            _rtp(jb_out[rel], recv_pts[rel], s.seq[rel], s.rtp_ts[rel], 2, 1),
+            _raw(depay[rel], recv_pts[rel], dur, 3, 1),
+            _raw(split_push, split_pts, sdur, 4, 1),
+            done,
+        ]
+        for part in parts:
+            part["t_ns"] = _receiver_clock(p, part["t_ns"].astype(np.int64))
+        _write_in_time_order(w, parts)
+
+
+def _receiver_clock(p: SyntheticRtpAudio, t: np.ndarray) -> np.ndarray:
+    """Sender-clock times as the receiver's clock reads them (receiver_offset, _drift_ppm)."""
+    if not p.receiver_offset and not p.receiver_drift_ppm:
+        return t
+    drift = np.rint((t - p.sender_base) * (p.receiver_drift_ppm * 1e-6)).astype(np.int64)
+    return t + p.receiver_offset + drift
 
 
 def _truth(p, s, first_arrival, released, jb, split):

@@ -8,7 +8,7 @@ means add up to the end-to-end mean.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +67,7 @@ class StreamAnalysis:
     adaptation: list[dict[str, Any]] = field(default_factory=list)  # per link schedule change
     functions: dict[str, Any] = field(default_factory=dict)  # browsers' audio functions, per call
     kinds: dict[str, SegmentStats] = field(default_factory=dict)  # per-unit sums per kind
+    clock: Any = None  # across clock domains: analysis.clock_apply.StreamClock
 
 
 def analyze(
@@ -76,6 +77,7 @@ def analyze(
     browsers: Sequence[BrowserLog] = (),
     links: Sequence[LinkLog] = (),
     forwarded: pa.Table | None = None,
+    aligner: Callable[[list[Journeys]], list[tuple[Journeys, Any]]] | None = None,
 ) -> list[StreamAnalysis]:
     """Stitch journeys and compute the statistics of every stream of a run.
 
@@ -84,7 +86,9 @@ def analyze(
     the browser's own stages per stats interval and, against the changes in ``links``'
     schedules, how the call adapted; ``forwarded`` (a captured SFU host's matched packets,
     :mod:`latlab.analysis.sfu_dwell`) joins the browsers of a room into one journey per
-    publisher stream and subscriber leg through the SFU.
+    publisher stream and subscriber leg through the SFU. ``aligner``
+    (:class:`latlab.analysis.clock_apply.Aligner`) moves the journeys of a run of several
+    clock domains onto one before their statistics.
     """
     cadence = in_background(lambda: probe_cadence(table))
     journeys = build_journeys(table, unit_ms)
@@ -95,7 +99,11 @@ def analyze(
     if through:  # a traced publisher's streams continue through the SFU, leg by leg
         continued = {j.path.ssrc for j in through}
         journeys = [j for j in journeys if j.path.ssrc not in continued] + through
-    streams = [analyze_journeys(j, cadence()) for j in journeys]
+    aligned = aligner(journeys) if aligner is not None else [(j, None) for j in journeys]
+    streams = []
+    for j, clock in aligned:
+        streams.append(analyze_journeys(j, cadence()))
+        streams[-1].clock = clock
     by_name = {log.process: log for log in browsers}
     steps = schedule_steps(list(links))
     window = measured_window(run or {})
