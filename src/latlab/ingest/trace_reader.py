@@ -31,6 +31,10 @@ from latlab.ingest.trace_format import (
 )
 
 
+# INFO key of a tracer that caught a panic of its own and stopped (docs/trace-format.md).
+FAULT_KEY = "tracer_fault"
+
+
 class TraceError(UserInputError):
     """A trace file that cannot be used at all; ``str()`` is one line naming the file."""
 
@@ -202,6 +206,10 @@ def open_trace(path: Path | str) -> Iterator[tuple[Trace, EventRecords]]:
         records = EventRecords(data, _walk_chunks(trace, data, int(header["header_size"])))
         if not trace.complete and not trace.problems:
             trace.problems.append("no END record: the process did not close its trace cleanly")
+        if FAULT_KEY in trace.info:
+            trace.problems.append(
+                f"the tracer stopped recording after an internal error ({trace.info[FAULT_KEY]})"
+            )
         yield trace, records
     finally:
         data.close()

@@ -1,4 +1,5 @@
-//! The `GstTracer` subclass: parses the settings and forwards hooks.
+//! The `GstTracer` subclass: parses the settings and forwards hooks, each through
+//! [`guarded`] so that no panic crosses into C.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -6,6 +7,7 @@ use gst::glib;
 use gst::prelude::*;
 use gst::subclass::prelude::*;
 
+use super::guard::{self, guarded};
 use super::recorder;
 use super::session;
 use super::settings::Settings;
@@ -27,8 +29,24 @@ impl ObjectSubclass for LatlabTracer {
 impl ObjectImpl for LatlabTracer {
     fn constructed(&self) {
         self.parent_constructed();
+        guarded("constructed", || self.start());
+    }
+
+    fn dispose(&self) {
+        guard::contained("dispose", || {
+            if self.recording.swap(false, Ordering::SeqCst) {
+                session::shutdown();
+            }
+        });
+    }
+}
+
+impl LatlabTracer {
+    /// Opens the trace and registers the hooks (none when nothing will be recorded).
+    fn start(&self) {
         let params = self.obj().property::<Option<String>>("params");
         let settings = Settings::from_params(params.as_deref());
+        guard::configure_injection();
         if !session::start(&settings) {
             return;
         }
@@ -46,19 +64,16 @@ impl ObjectImpl for LatlabTracer {
             self.register_hook(hook);
         }
     }
-
-    fn dispose(&self) {
-        if self.recording.swap(false, Ordering::SeqCst) {
-            session::shutdown();
-        }
-    }
 }
 
 impl GstObjectImpl for LatlabTracer {}
 
 impl TracerImpl for LatlabTracer {
     fn pad_push_pre(&self, _ts: u64, pad: &gst::Pad, buffer: &gst::Buffer) {
-        recorder::on_push(pad, buffer);
+        guarded("pad-push-pre", || {
+            guard::injection_point();
+            recorder::on_push(pad, buffer)
+        });
     }
 
     fn pad_push_post(
@@ -67,11 +82,11 @@ impl TracerImpl for LatlabTracer {
         pad: &gst::Pad,
         _result: Result<gst::FlowSuccess, gst::FlowError>,
     ) {
-        recorder::on_push_post(pad);
+        guarded("pad-push-post", || recorder::on_push_post(pad));
     }
 
     fn pad_push_list_pre(&self, _ts: u64, pad: &gst::Pad, list: &gst::BufferList) {
-        recorder::on_push_list(pad, list);
+        guarded("pad-push-list-pre", || recorder::on_push_list(pad, list));
     }
 
     fn pad_push_list_post(
@@ -80,11 +95,11 @@ impl TracerImpl for LatlabTracer {
         pad: &gst::Pad,
         _result: Result<gst::FlowSuccess, gst::FlowError>,
     ) {
-        recorder::on_push_post(pad);
+        guarded("pad-push-list-post", || recorder::on_push_post(pad));
     }
 
     fn pad_push_event_pre(&self, _ts: u64, pad: &gst::Pad, event: &gst::Event) {
-        recorder::on_event(pad, event);
+        guarded("pad-push-event-pre", || recorder::on_event(pad, event));
     }
 
     fn pad_link_post(
@@ -95,7 +110,7 @@ impl TracerImpl for LatlabTracer {
         result: Result<gst::PadLinkSuccess, gst::PadLinkError>,
     ) {
         if result.is_ok() {
-            recorder::on_link(src);
+            guarded("pad-link-post", || recorder::on_link(src));
         }
     }
 
@@ -106,10 +121,14 @@ impl TracerImpl for LatlabTracer {
         change: gst::StateChange,
         result: Result<gst::StateChangeSuccess, gst::StateChangeError>,
     ) {
-        recorder::on_state_changed(element, change, result);
+        guarded("element-change-state-post", || {
+            recorder::on_state_changed(element, change, result)
+        });
     }
 
     fn object_destroyed(&self, _ts: u64, object: std::ptr::NonNull<gst::ffi::GstObject>) {
-        recorder::on_object_destroyed(object.as_ptr() as usize);
+        guarded("object-destroyed", || {
+            recorder::on_object_destroyed(object.as_ptr() as usize)
+        });
     }
 }

@@ -14,6 +14,7 @@ use std::sync::LazyLock;
 use gst::glib;
 use gst::prelude::*;
 
+mod guard;
 mod imp;
 mod pes;
 mod recorder;

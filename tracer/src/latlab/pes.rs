@@ -526,4 +526,139 @@ mod tests {
             scan_all(&mut t, 2, 1, &[p, good]);
         }
     }
+    /// Proptest cases: `PROPTEST_CASES` if set (a long run), else `default`.
+    fn cases(default: u32) -> u32 {
+        std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    }
+
+    /// What every `PesStart` from `data` must satisfy, whatever the bytes were.
+    fn check_starts(data: &[u8], starts: &[PesStart]) {
+        let mut last_offset = None;
+        for p in starts {
+            assert!(p.pid < 0x2000, "PID is 13 bits: {p:?}");
+            assert!(p.pts == NONE || p.pts < 1 << 33, "PTS is 33 bits: {p:?}");
+            assert!(p.dts == NONE || p.dts < 1 << 33, "DTS is 33 bits: {p:?}");
+            assert!(
+                p.dts == NONE || p.pts != NONE,
+                "a DTS only with a PTS: {p:?}"
+            );
+            let at = p.packet_offset as usize;
+            assert!(at < data.len() && at.is_multiple_of(TS_PACKET), "{p:?}");
+            assert_eq!(data[at], SYNC);
+            assert!(last_offset < Some(at), "one start per packet, in order");
+            last_offset = Some(at);
+        }
+    }
+
+    /// A stream of `frames` (pid, pts, es_len) as TS packets, each PES cut into packets.
+    fn stream(frames: &[(u16, u64, usize)]) -> Vec<[u8; TS_PACKET]> {
+        let mut pkts = Vec::new();
+        for &(pid, pts, es_len) in frames {
+            let mut pes = pes_header(0xE0, Some(pts), None, 0);
+            pes.extend(std::iter::repeat_n(0x5A, es_len));
+            let mut first = true;
+            for piece in pes.chunks(184) {
+                // A short last piece gets an adaptation field; keep the RAI off.
+                pkts.push(packet(pid, first, false, piece));
+                first = false;
+            }
+        }
+        pkts
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(cases(4000)))]
+
+        /// Arbitrary packets (sync byte forced, else nothing would be parsed): no panic,
+        /// and what comes out is well-formed.
+        #[test]
+        fn any_packets_never_panic(
+            pkts in proptest::collection::vec(proptest::collection::vec(any::<u8>(), TS_PACKET), 1..8),
+            pads in proptest::collection::vec(0u32..3, 1..4),
+        ) {
+            let mut t = PesTracker::default();
+            for pad in pads {
+                let mut data: Vec<u8> = pkts.concat();
+                for p in data.chunks_exact_mut(TS_PACKET) {
+                    p[0] = SYNC;
+                }
+                let mut out = Vec::new();
+                t.scan(pad, 1, &data, |p| out.push(*p));
+                check_starts(&data, &out);
+            }
+        }
+
+        /// Any bytes at all, of any length: no panic (most are not TS and yield nothing).
+        #[test]
+        fn any_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..1200)) {
+            let mut out = Vec::new();
+            PesTracker::default().scan(1, 1, &data, |p| out.push(*p));
+            check_starts(&data, &out);
+            prop_assert!(out.is_empty() || is_ts(&data));
+        }
+
+        /// A valid stream round-trips (every PTS, every previous PES's size); the same
+        /// stream with bytes flipped never panics and stays well-formed.
+        #[test]
+        fn valid_streams_round_trip_and_survive_corruption(
+            frames in proptest::collection::vec((0u16..4, 0u64..(1 << 33), 0usize..900), 1..12),
+            flips in proptest::collection::vec((any::<usize>(), 1u8..=255), 0..24),
+            split in 0usize..20,
+        ) {
+            let frames: Vec<_> = frames.iter().map(|&(p, pts, n)| (0x100 + p, pts, n)).collect();
+            let pkts = stream(&frames);
+            let data: Vec<u8> = pkts.iter().flatten().copied().collect();
+            // Delivered in two buffers, cut at a packet boundary.
+            let cut = (split.min(pkts.len())) * TS_PACKET;
+            let mut t = PesTracker::default();
+            let mut out = Vec::new();
+            for part in [&data[..cut], &data[cut..]] {
+                t.scan(1, part.len() as u64, part, |p| out.push(*p));
+            }
+            prop_assert_eq!(out.len(), frames.len());
+            for (i, (p, &(pid, pts, _))) in out.iter().zip(&frames).enumerate() {
+                prop_assert_eq!((p.pid, p.pts, p.dts), (pid, pts, NONE));
+                let before = frames[..i].iter().rev().find(|f| f.0 == pid);
+                let expected = before.map_or(NONE, |f| f.2 as u64);
+                prop_assert_eq!(p.prev_es_bytes, expected, "frame {}", i);
+            }
+            let mut bad = data.clone();
+            for (at, x) in flips {
+                let at = at % bad.len();
+                bad[at] ^= x;
+            }
+            let mut out = Vec::new();
+            PesTracker::default().scan(1, 1, &bad, |p| out.push(*p));
+            check_starts(&bad, &out);
+        }
+    }
+
+    /// Inputs a fuzzer found or that sit on an edge, kept as regression seeds.
+    #[test]
+    fn regression_seeds() {
+        let seeds: [&[u8]; 4] = [
+            // adaptation field of length 183 with no payload but PUSI set
+            &[0x47, 0x40, 0x41, 0x20, 183],
+            // adaptation field length 184: one past the packet
+            &[0x47, 0x40, 0x41, 0x30, 184],
+            // PES header whose data length points past the packet
+            &[
+                0x47, 0x40, 0x41, 0x10, 0, 0, 1, 0xE0, 0, 0, 0x80, 0xC0, 0xFF,
+            ],
+            // a PES start code cut after the stream id
+            &[0x47, 0x40, 0x41, 0x10, 0, 0, 1, 0xE0],
+        ];
+        for seed in seeds {
+            let mut p = [0xFFu8; TS_PACKET];
+            p[..seed.len()].copy_from_slice(seed);
+            let mut out = Vec::new();
+            PesTracker::default().scan(1, 1, &p, |s| out.push(*s));
+            check_starts(&p, &out);
+        }
+    }
 }

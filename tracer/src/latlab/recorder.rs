@@ -817,4 +817,73 @@ mod tests {
         scan_ts_pieces(&mut PesTracker::default(), &bad, &push, &mut |_| n += 1);
         assert_eq!(n, 0);
     }
+    use proptest::prelude::*;
+
+    fn cases(default: u32) -> u32 {
+        std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(cases(2000)))]
+
+        /// A buffer of any bytes, cut into any memories, is scanned like the whole
+        /// (and neither panics): the streaming thread's path for real buffers.
+        #[test]
+        fn any_buffer_in_any_memories_scans_like_the_whole(
+            pkts in proptest::collection::vec(proptest::collection::vec(any::<u8>(), TS_PACKET), 1..6),
+            start_code in any::<bool>(),
+            cuts in proptest::collection::vec(any::<usize>(), 0..5),
+        ) {
+            gst::init().unwrap();
+            let mut data: Vec<u8> = pkts.concat();
+            for p in data.chunks_exact_mut(TS_PACKET) {
+                p[0] = 0x47;
+                if start_code {
+                    p[1] |= 0x40; // PUSI
+                    p[3] = (p[3] & 0xC0) | 0x10; // payload only
+                    p[4..7].copy_from_slice(&[0, 0, 1]);
+                }
+            }
+            let mut at: Vec<usize> = cuts.iter().map(|c| c % data.len()).collect();
+            at.extend([0, data.len()]);
+            at.sort_unstable();
+            at.dedup();
+            let mut buffer = gst::Buffer::new();
+            for w in at.windows(2) {
+                buffer
+                    .get_mut()
+                    .unwrap()
+                    .append_memory(gst::Memory::from_slice(data[w[0]..w[1]].to_vec()));
+            }
+            let push = Record { t_ns: 3, pad_id: 1, ..Record::default() };
+            let (mut whole, mut pieces) = (Vec::new(), Vec::new());
+            PesTracker::default().scan(1, 3, &data, |p| whole.push(pes_record(&push, p)));
+            scan_ts_pieces(&mut PesTracker::default(), &buffer, &push, &mut |p| {
+                pieces.push(pes_record(&push, p))
+            });
+            prop_assert_eq!(whole, pieces);
+        }
+
+        /// The push record of any buffer on an RTP pad: no panic, and the RTP fields
+        /// come from the first 12 bytes when they hold an RTP header (version 2).
+        #[test]
+        fn any_buffer_on_an_rtp_pad_makes_a_record(
+            bytes in proptest::collection::vec(any::<u8>(), 0..40),
+        ) {
+            gst::init().unwrap();
+            let buffer = gst::Buffer::from_slice(bytes.clone());
+            let pad = PadState { id: 5, is_rtp: true, peer_is_sink: false };
+            let r = buffer_record(9, 1, pad, &buffer, 0, 0);
+            prop_assert_eq!(r.size as usize, bytes.len());
+            let rtp = bytes.len() >= 12 && bytes[0] >> 6 == 2;
+            prop_assert_eq!(r.flags & flags::RTP != 0, rtp);
+            if rtp {
+                prop_assert_eq!(r.rtp_seq, u16::from_be_bytes([bytes[2], bytes[3]]));
+                prop_assert_eq!(r.rtp_ssrc, u32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]));
+            }
+        }
+    }
 }

@@ -5,6 +5,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::guard;
 use super::recorder;
 use super::settings::Settings;
 use super::signals::WakePipe;
@@ -46,7 +47,11 @@ pub fn start(settings: &Settings) -> bool {
     };
     let handle = std::thread::Builder::new()
         .name("latlab-writer".into())
-        .spawn(move || writer.run(rec));
+        .spawn(move || {
+            guard::contained("writer", || writer.run(rec));
+            // After a panic in the writer nobody else would say the trace is done.
+            rec.finished.store(true, Ordering::Release);
+        });
     match handle {
         Ok(h) => rec.set_writer(h),
         Err(e) => {
@@ -68,7 +73,7 @@ pub fn start(settings: &Settings) -> bool {
 }
 
 extern "C" fn at_exit() {
-    shutdown();
+    guard::contained("atexit", shutdown);
 }
 
 /// Closes the trace: the writer drains every ring, writes `END` and stops.

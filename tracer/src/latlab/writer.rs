@@ -11,6 +11,7 @@ use gst::prelude::*;
 use lltrace::chunk::{self, ChunkWriter, ClockDesc, PadDesc};
 use lltrace::clock::{monotonic_ns, realtime_ns};
 
+use super::guard;
 use super::recorder::{ClockSample, Note, Recorder};
 use super::signals;
 use super::stats::StatsElements;
@@ -113,6 +114,9 @@ impl Writer {
         self.finishing = true;
         self.cycle(rec);
         self.buf.clear();
+        if let Some(fault) = guard::fault_text() {
+            chunk::info(&mut self.buf, &[("tracer_fault", fault)]);
+        }
         let dropped = rec.dropped.load(Ordering::Relaxed);
         chunk::end(&mut self.buf, monotonic_ns(), self.written, dropped);
         self.flush();
