@@ -116,7 +116,7 @@ SPREAD_MODULES = frozenset({"test_e2e_scenarios"})
 
 # Tests that hold a WebRTC call between two Chromium processes: two of them at once would
 # load both cores with four browsers encoding audio, so they share one worker.
-BROWSER_CALL_MODULES = frozenset({"test_browser_lab", "test_gst_peer"})
+BROWSER_CALL_MODULES = frozenset({"test_browser_lab", "test_gst_peer", "test_sfu_quality"})
 BROWSER_CALL_GROUP = "browser-calls"
 
 

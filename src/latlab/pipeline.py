@@ -21,11 +21,12 @@ from latlab.analysis.clock_apply import Aligner, annotate_summary
 from latlab.analysis.cost import process_costs
 from latlab.analysis.element_stats import srt_summary, stats_table
 from latlab.analysis.loads import load_figures
+from latlab.analysis.quality import quality_summary
 from latlab.analysis.resources import summarize_resources
 from latlab.analysis.segments import StreamAnalysis, analyze, measured_window
 from latlab.analysis.sfu_dwell import sfu_dwell
 from latlab.analysis.summary import build_summary, write_summary
-from latlab.ingest.browser_records import read_browser_logs
+from latlab.ingest.browser_records import BrowserLog, read_browser_logs
 from latlab.ingest.events import EventTable, load_run
 from latlab.ingest.link_events import read_link_logs
 from latlab.ingest.link_log import LinkLog, traffic_summary
@@ -38,8 +39,10 @@ from latlab.rundir import (
     RESOURCES_FILE,
     SCENARIO_FILE,
     SUMMARY_FILE,
+    RunDirError,
     read_run,
 )
+from latlab.signal.errors import SignalError
 
 
 def run_metadata(run_dir: Path) -> dict[str, Any]:
@@ -189,6 +192,9 @@ def _analyze(run_dir: Path, meta: dict[str, Any], unit: float) -> tuple[RunAnaly
         summary["blackbox"] = blackbox
     if forwarding:
         summary["forwarding"] = forwarding
+    quality = _quality(run_dir, meta, browsers, link_logs, forwarded)
+    if quality is not None:
+        summary["quality"] = quality
     if meta.get("costs"):
         summary["costs"] = process_costs(run_dir, meta, _egress_by_host(forwarded))
     element_stats = stats_table(table)
@@ -239,6 +245,21 @@ def _write(
         pq.write_table(outputs.forwarding, run_dir / FORWARDING_FILE)
     with suppress(OSError):
         store.write(run_dir, unit, analysis.streams, analysis.processes, analysis.threads, inputs)
+
+
+def _quality(
+    run_dir: Path,
+    meta: dict[str, Any],
+    browsers: list[BrowserLog],
+    link_logs: list[LinkLog],
+    forwarded: pa.Table | None,
+) -> dict[str, Any] | None:
+    """summary.json's ``quality`` (a room with ``quality = true``; a file problem as
+    ``error``)."""
+    try:
+        return quality_summary(run_dir, meta, browsers, link_logs, forwarded)
+    except (SignalError, RunDirError) as exc:
+        return {"error": str(exc)}
 
 
 def _black_box(

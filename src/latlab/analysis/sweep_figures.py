@@ -48,7 +48,51 @@ def point_figures(
         out["loads"] = summary["loads"]
     if summary.get("sfus"):
         out["sfus"] = summary["sfus"]
+    if summary.get("quality"):
+        out["quality"] = quality_figures(summary["quality"])
     return out
+
+
+def quality_figures(quality: Mapping[str, Any]) -> dict[str, Any]:
+    """A quality room's cell of the matrix: per subscriber its MOS, video, layer switches,
+    adaptation (ms to settle after each link step) and A/V sync (what the system added)."""
+    if quality.get("error"):
+        return {"error": quality["error"]}
+    subscribers = {}
+    for name, sub in quality.get("subscribers", {}).items():
+        video, layers, sync = sub.get("video", {}), sub.get("layers", {}), sub.get("av_sync", {})
+        steps = []
+        for step in sub.get("adaptation", []):
+            steps.append({
+                "at_s": step.get("at_s"),
+                "set": step.get("set"),
+                **{f"{what}_ms": (step.get(what) or {}).get("settled_ms")
+                   for what in ("bitrate_kbps", "layer", "height")},
+            })  # fmt: skip
+        subscribers[name] = {
+            "visqol": sub.get("mos", {}).get("visqol"),
+            "pesq": sub.get("mos", {}).get("pesq"),
+            **{key: video.get(key) for key in ("width_p50", "height_p50", "fps_p50",
+                                               "kbps_p50", "freezes", "freezes_s")},
+            "layer_switches": layers.get("switches"),
+            "layer_share": layers.get("share"),
+            "adaptation": steps,
+            "av_added_ms": (sync.get("added_ms") or {}).get("p50_ms"),
+            "av_added_p99_ms": (sync.get("added_ms") or {}).get("p99_ms"),
+            "av_skew_ms": (sync.get("skew_ms") or {}).get("p50_ms"),
+            "offset_seen_ms": (sync.get("offset_seen_ms") or {}).get("p50_ms"),
+            "problems": sub.get("problems", []),
+        }  # fmt: skip
+    return {
+        "offset_ms": quality.get("offset_ms"),
+        "capture_skew_ms": (quality.get("capture_skew_ms") or {}).get("p50_ms"),
+        "offset_seen_ms": (quality.get("offset_seen_ms") or {}).get("p50_ms"),
+        "pesq_note": next(
+            (s.get("mos", {}).get("pesq_note") for s in quality.get("subscribers", {}).values()),
+            None,
+        ),
+        "subscribers": subscribers,
+    }
 
 
 def _forwarding_figures(box: Mapping[str, Any]) -> dict[str, Any]:

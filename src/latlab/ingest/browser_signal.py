@@ -23,6 +23,7 @@ import base64
 import binascii
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -80,10 +81,28 @@ def capture_timing(slices: ChromeSlices, rate: int, source: Path, out: Path) -> 
     return len(calls)
 
 
-def write_recording(records: Path, wav_out: Path, log_out: Path) -> int:
-    """Write the recording browser's ``signal_audio`` as a WAV file and its timing log;
-    return the samples written (see ``_chunks`` for gaps and damage)."""
-    lines, _ = parse_lines(records)
+@dataclass(frozen=True)
+class Recording:
+    """What a page's tap recorded: the samples (float, silence in gaps), their rate, and
+    per chunk its first position, when it played out (CLOCK_MONOTONIC ns) and length."""
+
+    samples: np.ndarray
+    rate: int
+    starts: np.ndarray
+    time_ns: np.ndarray
+    lengths: np.ndarray
+
+    def times_of(self, positions: np.ndarray) -> np.ndarray:
+        """When samples at ``positions`` played out (ns, interpolated between chunks)."""
+        return np.interp(np.asarray(positions, np.float64), self.starts, self.time_ns)
+
+    def positions_of(self, time_ns: np.ndarray) -> np.ndarray:
+        """The sample positions that played out at ``time_ns``."""
+        return np.interp(np.asarray(time_ns, np.float64), self.time_ns, self.starts)
+
+
+def recording_of(lines: list[dict], records: Path) -> Recording:
+    """The recording in a page's records (``lines``: ``parse_lines`` of ``records``)."""
     offset = clock_offset([line for line in lines if line.get("type") == "clock"])
     if offset is None:
         raise BrowserSignalError(f"{records}: no clock pings, so its times cannot be placed")
@@ -98,15 +117,24 @@ def write_recording(records: Path, wav_out: Path, log_out: Path) -> int:
     for start, chunk in zip(starts, pcm, strict=True):
         samples[start : start + len(chunk)] = chunk / 32767.0
     time_ns = _output_line(lines, records)(frames / rate) * 1e6 + offset
-    write_wav(wav_out, samples, rate)
+    return Recording(samples, rate, starts, np.round(time_ns).astype(np.int64), lengths)
+
+
+def write_recording(records: Path, wav_out: Path, log_out: Path) -> int:
+    """Write the recording browser's ``signal_audio`` as a WAV file and its timing log;
+    return the samples written (see ``_chunks`` for gaps and damage)."""
+    lines, _ = parse_lines(records)
+    found = recording_of(lines, records)
+    write_wav(wav_out, found.samples, found.rate)
     write_timing_log(
         log_out,
-        starts,
-        np.round(time_ns).astype(np.int64),
-        lengths,
-        {"rate": rate, "source": str(records), "method": "AudioWorklet tap, getOutputTimestamp"},
-    )
-    return len(samples)
+        found.starts,
+        found.time_ns,
+        found.lengths,
+        {"rate": found.rate, "source": str(records),
+         "method": "AudioWorklet tap, getOutputTimestamp"},
+    )  # fmt: skip
+    return len(found.samples)
 
 
 def _chunks(chunks: list[dict], records: Path) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -150,7 +178,15 @@ def _decoded(chunks: list[dict]) -> list[tuple[int, np.ndarray, float]]:
 
 
 def _output_line(lines: list[dict], records: Path) -> Callable[[np.ndarray], np.ndarray]:
-    """Page ms of a context time, fitted through the ``output_ts`` pairs."""
+    """Page ms of a context time, through the ``output_ts`` pairs.
+
+    Piecewise: between two pairs the context's output runs at the device's rate, but
+    where the device glitched (played silence, or ran late) the output jumps ahead of the
+    context's frames and stays so. One line through all pairs spread such a jump over
+    the whole run (a 37 ms jump at 6 s of 11 drifted the black box by 4 ms a second).
+    A pair off both its neighbours' lines by more than ``OUTPUT_OUTLIER_MS`` is left out
+    (``getOutputTimestamp`` once returned a time one device callback off); outside the
+    pairs the times continue at the median rate of the steps."""
     pairs = np.array(
         [
             (line["context_s"], line["out_ms"])
@@ -162,9 +198,44 @@ def _output_line(lines: list[dict], records: Path) -> Callable[[np.ndarray], np.
         ],
         dtype=np.float64,
     ).reshape(-1, 2)
+    pairs = pairs[np.argsort(pairs[:, 0], kind="stable")]
+    pairs = pairs[np.r_[True, np.diff(pairs[:, 0]) > 0]]
     if len(pairs) < 2:
         raise BrowserSignalError(
             f"{records}: fewer than two output timestamps, so the recording cannot be timed"
         )
-    slope, intercept = np.polyfit(pairs[:, 0], pairs[:, 1], 1)
-    return lambda context_s: intercept + slope * np.asarray(context_s, dtype=np.float64)
+    pairs = pairs[~_output_outliers(pairs)]
+    x, y = pairs[:, 0], pairs[:, 1]
+    rate = float(np.median(np.diff(y) / np.diff(x))) if len(x) > 1 else 1000.0
+
+    def page_ms(context_s: np.ndarray) -> np.ndarray:
+        at = np.asarray(context_s, dtype=np.float64)
+        inside = np.interp(at, x, y)
+        return np.where(
+            at < x[0],
+            y[0] + (at - x[0]) * rate,
+            np.where(at > x[-1], y[-1] + (at - x[-1]) * rate, inside),
+        )
+
+    return page_ms
+
+
+OUTPUT_OUTLIER_MS = 1.0
+
+
+def _output_outliers(pairs: np.ndarray) -> np.ndarray:
+    """Pairs off the line through the two before them and off the line through the two
+    after them (an output time that is wrong, not a jump: after a jump the pairs that
+    follow agree with each other)."""
+    out = np.zeros(len(pairs), bool)
+    if len(pairs) < 5:
+        return out
+    x, y = pairs[:, 0], pairs[:, 1]
+
+    def off(a: np.ndarray, b: np.ndarray, at: np.ndarray) -> np.ndarray:
+        slope = (y[b] - y[a]) / (x[b] - x[a])
+        return np.abs(y[a] + (x[at] - x[a]) * slope - y[at])
+
+    i = np.arange(2, len(pairs) - 2)
+    out[i] = (off(i - 2, i - 1, i) > OUTPUT_OUTLIER_MS) & (off(i + 1, i + 2, i) > OUTPUT_OUTLIER_MS)
+    return out

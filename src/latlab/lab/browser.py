@@ -46,9 +46,11 @@ from urllib.parse import urlencode
 
 from latlab.errors import MeasurementError
 from latlab.ingest.chrome_trace import chrome_trace_path
-from latlab.lab.netns import Lab, LabError, delete_namespace, ip, namespace_name
+from latlab.lab.netns import Lab, LabError, add_namespace, delete_namespace, ip, namespace_name
 from latlab.lab.process import STOP_STEPS as PIPELINE_STOP_STEPS
 from latlab.lab.process import ChildProcess
+from latlab.lab.quality import QualityClip, QualityError
+from latlab.lab.quality import prepare as prepare_quality
 from latlab.lab.scenario import Call, Process, Room, Scenario
 from latlab.lab.sfu import SfuServer
 from latlab.lab.signals import signals_deferred
@@ -59,6 +61,10 @@ DEVTOOLS_FLAGS = ("--remote-debugging-port=0",)  # its port: PROFILE/DevToolsAct
 DEVTOOLS_TIMEOUT_S = 10.0  # the close client (lab.devtools), its start-up included
 TRACE_FINISH_S = 5.0  # for Chromium to finish its trace file once asked to close
 TRACE_CATEGORIES = "webrtc,audio"  # the audio functions ingest.chrome_trace follows
+# A page that records its remote audio (the black box) plays it through its tap: the
+# WebAudio sink's FIFO and the AudioContext's render quanta place each sample
+# (stitch.browser_receiver).
+TAP_TRACE_CATEGORIES = "disabled-by-default-mediastream,webaudio"
 CHROMIUM_FLAGS = (
     "--headless=new",
     "--no-sandbox",
@@ -299,6 +305,7 @@ class BrowserLab:
         self.recorders: set[str] = set()  # browsers that record their remote audio
         self.sfus: dict[str, SfuServer] = {}  # the running SFUs rooms meet through
         self.room_urls: dict[str, str] = {}  # a room member's page (its token, once made)
+        self.quality: QualityClip | None = None  # a quality room's clip (lab.quality)
 
     def use_signal(self, captures: dict[str, Path], recorders: set[str]) -> None:
         """The black box's browser ends (``[signal]``): who captures the signal file, who
@@ -318,8 +325,13 @@ class BrowserLab:
             if self.browsers:
                 self.records_dir.mkdir(parents=True, exist_ok=True)
                 self.version = chromium_version()
+                try:
+                    self.quality = prepare_quality(self.scenario, self.run_dir)
+                except QualityError as exc:
+                    raise BrowserError(str(exc)) from None
             defaults = {self._default_audio_name(p) for p in self.browsers
-                        if p.audio_file is None and p.name not in self.captures}  # fmt: skip
+                        if p.audio_file is None and p.name not in self.captures
+                        and not self._plays_clip(p)}  # fmt: skip
             if DEFAULT_AUDIO in defaults:
                 self.default_audio = generate_tone(self.records_dir / DEFAULT_AUDIO)
             if DEFAULT_NOISE in defaults:
@@ -366,9 +378,8 @@ class BrowserLab:
             atexit.unregister(self.down)
 
     def _network(self) -> None:
-        ip("netns", "add", self.namespace)
         self._created = True
-        ip("-n", self.namespace, "link", "set", "lo", "up")
+        add_namespace(self.namespace)  # recorded in the journal first
         for k, host in enumerate(self.hosts):
             host_end, server_end = pages_veths(self.lab.pid, k)
             host_ns = self.lab.namespace(host)
@@ -454,6 +465,8 @@ class BrowserLab:
             assert room is not None
             page, query = self.sfus[room.sfu].join(room, proc.name)
             query = {"id": proc.name, **query, "simulcast": "1" if room.simulcast else "0"}
+            if room.quality:
+                query["quality"] = "1"  # record what it plays out (quality.js)
             if all(self.scenario.process(p).webrtc for p in room.publishers):
                 query["expect"] = "audio"  # webrtcbin publishers send Opus only
             self.room_urls[proc.name] = f"{self.server_url(proc.host)}/{page}?{urlencode(query)}"
@@ -477,12 +490,21 @@ class BrowserLab:
             query["record"] = "1"
         if proc.jitterbuffer_ms is not None:
             query["jitterbuffer_ms"] = str(proc.jitterbuffer_ms)
+        if proc.video:
+            query["video"] = "1"
         return f"{self.server_url(proc.host)}/?{urlencode(query)}"
+
+    def _plays_clip(self, proc: Process) -> bool:
+        """Whether ``proc`` publishes in a quality room (its capture is the clip)."""
+        room = self.scenario.room_of(proc.name)
+        return room is not None and room.quality and proc.name in room.publishers
 
     def audio_file(self, proc: Process) -> Path:
         """The WAV file ``proc`` captures."""
         if proc.name in self.captures:
             return self.captures[proc.name]
+        if self.quality is not None and self._plays_clip(proc):
+            return self.quality.wav
         if proc.audio_file is not None:
             return Path(proc.audio_file)
         default = self.default_noise if self._default_audio_name(proc) == DEFAULT_NOISE \
@@ -504,6 +526,7 @@ class BrowserLab:
             str(CHROMIUM),
             *CHROMIUM_FLAGS,
             f"--use-file-for-fake-audio-capture={self.audio_file(proc)}",
+            *self.video_flags(proc),
             f"--unsafely-treat-insecure-origin-as-secure={self.server_url(proc.host)}",
             f"--user-data-dir={profile}",
             *DEVTOOLS_FLAGS,  # closed through DevTools at the end (lab.devtools)
@@ -512,13 +535,22 @@ class BrowserLab:
             self.page_url(proc),
         ]
 
+    def video_flags(self, proc: Process) -> list[str]:
+        """A quality room's publisher: its fake camera plays the clip's coded Y4M."""
+        if self.quality is None or not self._plays_clip(proc):
+            return []
+        return [f"--use-file-for-fake-video-capture={self.quality.y4m}"]
+
     def trace_flags(self, proc: Process) -> list[str]:
         """Chromium's own trace of its WebRTC audio functions, to
         browsers/traces/NAME/NAME.pftrace (``ingest.chrome_trace``)."""
         trace = chrome_trace_path(self.records_dir, proc.name)
         trace.parent.mkdir(parents=True, exist_ok=True)
+        categories = TRACE_CATEGORIES
+        if proc.name in self.recorders:
+            categories += f",{TAP_TRACE_CATEGORIES}"
         return [
-            f"--trace-startup={TRACE_CATEGORIES}",
+            f"--trace-startup={categories}",
             f"--trace-startup-file={trace}",
             "--trace-startup-duration=0",  # until the browser stops
         ]
@@ -729,9 +761,14 @@ class BrowserLab:
             "url": self.page_url(proc),
             "audio_file": str(self.audio_file(proc))
             if self.default_audio or self.default_noise or proc.audio_file
+            or self._plays_clip(proc)
+            else None,
+            "video_file": str(self.quality.y4m)
+            if self.quality is not None and self._plays_clip(proc)
             else None,
             "audio_processing": proc.audio_processing,
             "jitterbuffer_ms": proc.jitterbuffer_ms,
+            "video": proc.video,
             "user_data_dir": str((self.records_dir / PROFILES_DIR / proc.name)
                                  .relative_to(self.run_dir)),
             "records": f"{BROWSERS}/{proc.name}{BROWSER_RECORDS_SUFFIX}",

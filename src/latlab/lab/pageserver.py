@@ -36,7 +36,7 @@ JANUS_JS = Path("/usr/share/javascript/janus-gateway/janus.js")  # Debian's janu
 ASSETS = {
     **{name: WWW / name for name in ("index.html", "sfu.html", "livekit.html", "whip.html",
                                      "page.js", "room.js", "frames.js", "transform.js",
-                                     "tap-worklet.js")},
+                                     "tap-worklet.js", "quality.js")},
     "janus.js": JANUS_JS,
     "livekit-client.js": CLIENT_BUNDLE,  # bundled by scripts/setup.sh
 }  # fmt: skip
@@ -49,6 +49,7 @@ HEADERS = {
 }
 RECORD_TYPES = (
     "hello", "stats", "sync", "tap", "console", "state", "media", "signal_audio", "output_ts",
+    "video_codes", "sources", "presented",
 )  # fmt: skip
 
 

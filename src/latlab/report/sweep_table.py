@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.text import Text
 
 from latlab.report.fit import FitTable, emit
+from latlab.report.quality import comparison_table as quality_comparison_table
+from latlab.report.quality import matrix_tables as quality_matrix_tables
 from latlab.report.sfu_load import knee_lines, sfu_comparison_table, sfu_load_table
 from latlab.stitch.kinds import ordered
 
@@ -194,6 +196,11 @@ def render_sweep(sweep: dict[str, Any], console: Console, *, wide: bool = False)
     compared = sfu_comparison_table(sweep)
     if compared is not None:
         emit(console, compared, wide=wide)
+    for table in quality_matrix_tables(sweep):
+        emit(console, table, wide=wide)
+    side_by_side = quality_comparison_table(sweep)
+    if side_by_side is not None:
+        emit(console, side_by_side, wide=wide)
     for point in sweep.get("points", []):
         if point["status"] != "ok":
             error = point.get("error") or ""

@@ -52,7 +52,7 @@ SPEECH_TEXT = (
     "send. Seven bright foxes jumped over three lazy dogs, while a quiet voice counted one, "
     "two, three, four, five."
 )
-CLIP_VERSION = 1  # bump when the clip changes: cached clips of another version are remade
+CLIP_VERSION = 2  # bump when the clip changes: cached clips of another version are remade
 
 
 def code_times(offset_ms: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
@@ -74,11 +74,11 @@ def speech(seconds: float, rate: int = RATE) -> np.ndarray:
     """``seconds`` of espeak-ng speech at ``rate``, RMS at SPEECH_DBFS (looped if short)."""
     if shutil.which("espeak-ng") is None:
         raise SignalError("espeak-ng not found (the speech reference): bash scripts/setup.sh")
-    with tempfile.TemporaryDirectory(prefix="latlab-clip-") as tmp:
-        out = Path(tmp) / "speech.wav"
+    with tempfile.NamedTemporaryFile(prefix="latlab-speech-", suffix=".wav") as tmp:
+        out = Path(tmp.name)
         argv = ["espeak-ng", "-v", "en-us", "-s", "165", "-w", str(out), SPEECH_TEXT]
         result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-        if result.returncode != 0 or not out.is_file():
+        if result.returncode != 0 or out.stat().st_size == 0:
             raise SignalError(f"espeak-ng failed: {result.stderr.strip() or result.returncode}")
         audio = read_wav(out)
     samples = resample(audio.samples.astype(np.float64), audio.rate, rate)
@@ -146,11 +146,14 @@ def read_frame_code(luma: np.ndarray) -> int:
 
 
 def _texture(rng: np.random.Generator, height: int, width: int) -> np.ndarray:
-    """Smooth random texture (luma), wider than the frame by one loop's travel."""
-    coarse = rng.random((height // 8 + 2, width // 8 + 2))
-    fine = np.kron(coarse, np.ones((8, 8)))[:height, :width]
-    detail = rng.random((height, width)) * 0.35
-    return (40 + 170 * (0.65 * fine + detail)).astype(np.float32)
+    """A smooth random texture (luma) with some fine grain: enough detail that each
+    simulcast layer's encoder uses its bitrate, not so much that it drops frames."""
+    from scipy.ndimage import zoom
+
+    coarse = rng.random((height // 32 + 2, width // 32 + 2))
+    smooth = zoom(coarse, 32, order=3)[:height, :width]
+    grain = rng.random((height, width)) * 0.04
+    return (30 + 190 * np.clip(0.9 * smooth + grain, 0, 1)).astype(np.float32)
 
 
 def video_frames(width: int = WIDTH, height: int = HEIGHT, fps: int = FPS) -> int:

@@ -46,6 +46,7 @@ from latlab.lab.scenario.objects import (
     Call,
     Device,
     Host,
+    HostClock,
     Link,
     LinkBackend,
     Load,
@@ -105,6 +106,9 @@ GST_PUBLISHER_SERVERS = ("janus",)
 MAX_LOAD_PUBLISHERS = 64  # light participants of one [loads.NAME] (one process)
 MAX_LOAD_SUBSCRIBERS = 256
 SIGNAL_RATE = 48000  # the signal file's rate unless a device injects
+MAX_CLOCK_OFFSET_MS = 3_600_000  # a planted clock offset: within an hour of the machine's
+MAX_CLOCK_DRIFT_PPM = 1000  # a planted rate error: quartz is within +-100 ppm; 1000 is a typo
+MAX_AV_OFFSET_MS = 100.0  # latlab.signal.avclip.MAX_OFFSET_MS: codes stay inside the loop
 
 Name = Annotated[str, ENTITY_NAME]
 """A host, process, device, call, param or sweep variable name (a table key)."""
@@ -276,6 +280,31 @@ class HostTable(Table):
     it sends and receives with kernel timestamps (``captures/NAME.lllink``)."""
 
     capture: Annotated[bool, BOOLEAN] = False
+    clock: ClockTable | None = None
+
+    @model_validator(mode="after")
+    def _capture_on_its_clock(self) -> HostTable:
+        """A capture takes the kernel's timestamps, which a planted rate cannot reach."""
+        if self.capture and self.clock is not None and self.clock.drift_ppm:
+            problem = "capture = true takes the kernel's timestamps, which a planted drift_ppm "
+            raise Problem(problem + "cannot reach: leave one out", ("clock", "drift_ppm"))
+        return self
+
+    def build_clock(self) -> HostClock | None:
+        """The host's planted clock, if it has one."""
+        return None if self.clock is None else HostClock(**dict(self.clock))
+
+
+class ClockTable(Table):
+    """``clock = { offset_ms = 250, drift_ppm = 50 }`` in a ``[hosts.NAME]`` table: the
+    host's CLOCK_MONOTONIC is ``offset_ms`` ahead of the machine's and runs ``drift_ppm``
+    fast (negative: behind, slow); docs/clocks.md."""
+
+    offset_ms: Annotated[float, within(-MAX_CLOCK_OFFSET_MS, MAX_CLOCK_OFFSET_MS)] = 0.0
+    drift_ppm: Annotated[float, within(-MAX_CLOCK_DRIFT_PPM, MAX_CLOCK_DRIFT_PPM)] = 0.0
+
+
+HostTable.model_rebuild()
 
 
 class DeviceTable(Table):
@@ -416,7 +445,8 @@ class PipelineProcess(ProcessKind):
 class BrowserProcess(ProcessKind):
     """A browser in a call: it captures ``audio_file`` (relative to the scenario file;
     default a tone), with its ``audio_processing`` on or off; ``jitterbuffer_ms`` holds
-    its receivers' jitter buffers to a target."""
+    its receivers' jitter buffers to a target; with ``video`` it also sends its fake
+    camera (640x360, 30 frames/s) in a call."""
 
     kind: ClassVar[str] = "browser"
     browser: Annotated[Browser, named(Browser, "browser")]
@@ -424,6 +454,7 @@ class BrowserProcess(ProcessKind):
     audio_processing: Annotated[bool, BOOLEAN] = False
     browser_args: Annotated[tuple[str, ...], FLAGS] = ()
     jitterbuffer_ms: Annotated[int, integer(0, BROWSER_JITTERBUFFER_MAX_MS)] | None = None
+    video: Annotated[bool, BOOLEAN] = False
 
     def build(self, name: str, source: str) -> Process:
         audio_file = None
@@ -437,6 +468,7 @@ class BrowserProcess(ProcessKind):
             audio_processing=self.audio_processing,
             browser_args=self.browser_args,
             jitterbuffer_ms=self.jitterbuffer_ms,
+            video=self.video,
         )
 
 
@@ -531,6 +563,10 @@ class RoomTable(Table):
     subscribers: list[str] = []
     simulcast: Annotated[bool, BOOLEAN] = True
     timeout_s: Annotated[float, POSITIVE] = CALL_TIMEOUT_S
+    # the quality matrix (docs/sfu.md): the publisher plays the coded clip, every member
+    # records what it plays out (audio and video codes); av_offset_ms plants an A/V offset
+    quality: Annotated[bool, BOOLEAN] = False
+    av_offset_ms: Annotated[float, within(0.0, MAX_AV_OFFSET_MS)] = 0.0
 
     def check_in(self, doc: ScenarioFile, at: Loc) -> None:
         """The SFU exists; every member is a browser, in one role, on a host joined by a
@@ -545,6 +581,7 @@ class RoomTable(Table):
             raise Problem("a process is both publisher and subscriber, or named twice", at,
                           absolute=True)  # fmt: skip
         server = doc.sfus[self.sfu].server
+        self._check_quality(doc, at)
         for name in members:
             process = processes.get(name)
             gst_publisher = isinstance(process, WebrtcProcess) and name in self.publishers
@@ -561,11 +598,37 @@ class RoomTable(Table):
                 problem = f"'{name}' (host '{host}') needs a [[links]] to the SFU's host"
                 raise Problem(f"{problem} '{sfu_host}'", at, absolute=True)
 
+    def _check_quality(self, doc: ScenarioFile, at: Loc) -> None:
+        """A quality room has one browser publisher, subscribers, no [signal] end among its
+        members, and is the file's only one; ``av_offset_ms`` needs ``quality``."""
+        if self.av_offset_ms and not self.quality:
+            raise Problem("needs quality = true", (*at, "av_offset_ms"), absolute=True)
+        if not self.quality:
+            return
+        processes = doc.processes or {}
+        if len(self.publishers) != 1 or not isinstance(
+            processes.get(self.publishers[0]), BrowserProcess
+        ):
+            problem = "a quality room has exactly one publisher, a browser (whose clip it plays)"
+            raise Problem(problem, (*at, "quality"), absolute=True)
+        if not self.subscribers:
+            raise Problem("a quality room needs subscribers", (*at, "quality"), absolute=True)
+        if sum(room.quality for room in doc.rooms.values()) > 1:
+            raise Problem("only one room of a scenario may have quality = true",
+                          (*at, "quality"), absolute=True)  # fmt: skip
+        if doc.signal is not None:
+            ends = {doc.signal.inject, doc.signal.record}
+            for name in (*self.publishers, *self.subscribers):
+                if name in ends:
+                    problem = f"'{name}' is a [signal] end: a quality room records its own audio"
+                    raise Problem(problem, (*at, "quality"), absolute=True)
+
     def build(self, name: str) -> Room:
         """The lab's room."""
         return Room(name=name, sfu=self.sfu, publishers=tuple(self.publishers),
                     subscribers=tuple(self.subscribers), simulcast=self.simulcast,
-                    timeout_s=float(self.timeout_s))  # fmt: skip
+                    timeout_s=float(self.timeout_s), quality=self.quality,
+                    av_offset_ms=float(self.av_offset_ms))  # fmt: skip
 
 
 class LoadTable(Table):
@@ -875,7 +938,10 @@ class ScenarioFile(Table):
         return Scenario(
             name=self.name,
             duration_s=self.duration_s,
-            hosts=tuple(Host(name=n, capture=t.capture) for n, t in self.hosts.items()),
+            hosts=tuple(
+                Host(name=n, capture=t.capture, clock=t.build_clock())
+                for n, t in self.hosts.items()
+            ),
             links=tuple(link.build() for link in self.links),
             processes=tuple(p.build(n, source) for n, p in (self.processes or {}).items()),
             description=self.description,

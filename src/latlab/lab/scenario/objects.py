@@ -48,11 +48,22 @@ class Analysis:
 
 
 @dataclass(frozen=True)
+class HostClock:
+    """A host's planted clock: CLOCK_MONOTONIC ``offset_ms`` from the machine's (a time
+    namespace) and running ``drift_ppm`` fast (libllclockskew); docs/clocks.md."""
+
+    offset_ms: float = 0.0
+    drift_ppm: float = 0.0
+
+
+@dataclass(frozen=True)
 class Host:
-    """A host: in the lab, one network namespace; ``capture``: log its every packet."""
+    """A host: in the lab, one network namespace; ``capture``: log its every packet;
+    ``clock``: its own clock (then every host of the scenario is its own clock domain)."""
 
     name: str
     capture: bool = False
+    clock: HostClock | None = None
 
 
 @dataclass(frozen=True)
@@ -95,7 +106,9 @@ class Process:
     peer (``webrtc = "gstreamer"``: latlab's webrtcbin program) sends a tone of raw caps
     ``audio_caps`` and receives through a jitter buffer of ``jitterbuffer_ms``. In a
     browser, ``jitterbuffer_ms`` is the target its receivers' jitter buffers are held to
-    (``RTCRtpReceiver.jitterBufferTarget``; None: NetEq adapts on its own). ``cost``:
+    (``RTCRtpReceiver.jitterBufferTarget``; None: NetEq adapts on its own); with
+    ``video`` a browser in a call also sends its fake camera and records every video
+    frame it presents. ``cost``:
     count the process's CPU time, context switches and syscalls with perf, idle for
     ``cost_idle_s`` before the processes after it start (its baseline), then under load.
     """
@@ -110,6 +123,7 @@ class Process:
     audio_file: str | None = None
     audio_processing: bool = False
     browser_args: tuple[str, ...] = ()
+    video: bool = False
     webrtc: str = ""
     audio_caps: str = WEBRTC_AUDIO_CAPS
     jitterbuffer_ms: int | None = WEBRTC_JITTERBUFFER_MS
@@ -220,7 +234,9 @@ class SignalRig:
 @dataclass(frozen=True)
 class Room:
     """Browsers meeting through an SFU: ``publishers`` send audio and video (three
-    simulcast layers with ``simulcast``), ``subscribers`` receive every publisher."""
+    simulcast layers with ``simulcast``), ``subscribers`` receive every publisher. With
+    ``quality``, the publisher plays the quality clip and every member records what it
+    plays out (``av_offset_ms``: an offset planted between the clip's audio and video)."""
 
     name: str
     sfu: str
@@ -228,6 +244,8 @@ class Room:
     subscribers: tuple[str, ...] = ()
     simulcast: bool = True
     timeout_s: float = CALL_TIMEOUT_S
+    quality: bool = False  # the quality matrix's clip and recordings (docs/sfu.md)
+    av_offset_ms: float = 0.0  # a planted A/V offset in the clip's second half
 
     @property
     def members(self) -> tuple[str, ...]:
