@@ -46,7 +46,7 @@ from urllib.parse import urlencode
 
 from latlab.errors import MeasurementError
 from latlab.ingest.chrome_trace import chrome_trace_path
-from latlab.lab.netns import Lab, LabError, add_namespace, delete_namespace, ip, namespace_name
+from latlab.lab.netns import Lab, LabError, delete_namespace, ip, namespace_name
 from latlab.lab.process import STOP_STEPS as PIPELINE_STOP_STEPS
 from latlab.lab.process import ChildProcess
 from latlab.lab.quality import QualityClip, QualityError
@@ -61,10 +61,6 @@ DEVTOOLS_FLAGS = ("--remote-debugging-port=0",)  # its port: PROFILE/DevToolsAct
 DEVTOOLS_TIMEOUT_S = 10.0  # the close client (lab.devtools), its start-up included
 TRACE_FINISH_S = 5.0  # for Chromium to finish its trace file once asked to close
 TRACE_CATEGORIES = "webrtc,audio"  # the audio functions ingest.chrome_trace follows
-# A page that records its remote audio (the black box) plays it through its tap: the
-# WebAudio sink's FIFO and the AudioContext's render quanta place each sample
-# (stitch.browser_receiver).
-TAP_TRACE_CATEGORIES = "disabled-by-default-mediastream,webaudio"
 CHROMIUM_FLAGS = (
     "--headless=new",
     "--no-sandbox",
@@ -378,8 +374,9 @@ class BrowserLab:
             atexit.unregister(self.down)
 
     def _network(self) -> None:
+        ip("netns", "add", self.namespace)
         self._created = True
-        add_namespace(self.namespace)  # recorded in the journal first
+        ip("-n", self.namespace, "link", "set", "lo", "up")
         for k, host in enumerate(self.hosts):
             host_end, server_end = pages_veths(self.lab.pid, k)
             host_ns = self.lab.namespace(host)
@@ -490,8 +487,6 @@ class BrowserLab:
             query["record"] = "1"
         if proc.jitterbuffer_ms is not None:
             query["jitterbuffer_ms"] = str(proc.jitterbuffer_ms)
-        if proc.video:
-            query["video"] = "1"
         return f"{self.server_url(proc.host)}/?{urlencode(query)}"
 
     def _plays_clip(self, proc: Process) -> bool:
@@ -546,11 +541,8 @@ class BrowserLab:
         browsers/traces/NAME/NAME.pftrace (``ingest.chrome_trace``)."""
         trace = chrome_trace_path(self.records_dir, proc.name)
         trace.parent.mkdir(parents=True, exist_ok=True)
-        categories = TRACE_CATEGORIES
-        if proc.name in self.recorders:
-            categories += f",{TAP_TRACE_CATEGORIES}"
         return [
-            f"--trace-startup={categories}",
+            f"--trace-startup={TRACE_CATEGORIES}",
             f"--trace-startup-file={trace}",
             "--trace-startup-duration=0",  # until the browser stops
         ]
@@ -768,7 +760,6 @@ class BrowserLab:
             else None,
             "audio_processing": proc.audio_processing,
             "jitterbuffer_ms": proc.jitterbuffer_ms,
-            "video": proc.video,
             "user_data_dir": str((self.records_dir / PROFILES_DIR / proc.name)
                                  .relative_to(self.run_dir)),
             "records": f"{BROWSERS}/{proc.name}{BROWSER_RECORDS_SUFFIX}",

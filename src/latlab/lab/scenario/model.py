@@ -46,7 +46,6 @@ from latlab.lab.scenario.objects import (
     Call,
     Device,
     Host,
-    HostClock,
     Link,
     LinkBackend,
     Load,
@@ -106,8 +105,6 @@ GST_PUBLISHER_SERVERS = ("janus",)
 MAX_LOAD_PUBLISHERS = 64  # light participants of one [loads.NAME] (one process)
 MAX_LOAD_SUBSCRIBERS = 256
 SIGNAL_RATE = 48000  # the signal file's rate unless a device injects
-MAX_CLOCK_OFFSET_MS = 3_600_000  # a planted clock offset: within an hour of the machine's
-MAX_CLOCK_DRIFT_PPM = 1000  # a planted rate error: quartz is within +-100 ppm; 1000 is a typo
 MAX_AV_OFFSET_MS = 100.0  # latlab.signal.avclip.MAX_OFFSET_MS: codes stay inside the loop
 
 Name = Annotated[str, ENTITY_NAME]
@@ -280,31 +277,6 @@ class HostTable(Table):
     it sends and receives with kernel timestamps (``captures/NAME.lllink``)."""
 
     capture: Annotated[bool, BOOLEAN] = False
-    clock: ClockTable | None = None
-
-    @model_validator(mode="after")
-    def _capture_on_its_clock(self) -> HostTable:
-        """A capture takes the kernel's timestamps, which a planted rate cannot reach."""
-        if self.capture and self.clock is not None and self.clock.drift_ppm:
-            problem = "capture = true takes the kernel's timestamps, which a planted drift_ppm "
-            raise Problem(problem + "cannot reach: leave one out", ("clock", "drift_ppm"))
-        return self
-
-    def build_clock(self) -> HostClock | None:
-        """The host's planted clock, if it has one."""
-        return None if self.clock is None else HostClock(**dict(self.clock))
-
-
-class ClockTable(Table):
-    """``clock = { offset_ms = 250, drift_ppm = 50 }`` in a ``[hosts.NAME]`` table: the
-    host's CLOCK_MONOTONIC is ``offset_ms`` ahead of the machine's and runs ``drift_ppm``
-    fast (negative: behind, slow); docs/clocks.md."""
-
-    offset_ms: Annotated[float, within(-MAX_CLOCK_OFFSET_MS, MAX_CLOCK_OFFSET_MS)] = 0.0
-    drift_ppm: Annotated[float, within(-MAX_CLOCK_DRIFT_PPM, MAX_CLOCK_DRIFT_PPM)] = 0.0
-
-
-HostTable.model_rebuild()
 
 
 class DeviceTable(Table):
@@ -445,8 +417,7 @@ class PipelineProcess(ProcessKind):
 class BrowserProcess(ProcessKind):
     """A browser in a call: it captures ``audio_file`` (relative to the scenario file;
     default a tone), with its ``audio_processing`` on or off; ``jitterbuffer_ms`` holds
-    its receivers' jitter buffers to a target; with ``video`` it also sends its fake
-    camera (640x360, 30 frames/s) in a call."""
+    its receivers' jitter buffers to a target."""
 
     kind: ClassVar[str] = "browser"
     browser: Annotated[Browser, named(Browser, "browser")]
@@ -454,7 +425,6 @@ class BrowserProcess(ProcessKind):
     audio_processing: Annotated[bool, BOOLEAN] = False
     browser_args: Annotated[tuple[str, ...], FLAGS] = ()
     jitterbuffer_ms: Annotated[int, integer(0, BROWSER_JITTERBUFFER_MAX_MS)] | None = None
-    video: Annotated[bool, BOOLEAN] = False
 
     def build(self, name: str, source: str) -> Process:
         audio_file = None
@@ -468,7 +438,6 @@ class BrowserProcess(ProcessKind):
             audio_processing=self.audio_processing,
             browser_args=self.browser_args,
             jitterbuffer_ms=self.jitterbuffer_ms,
-            video=self.video,
         )
 
 
@@ -938,10 +907,7 @@ class ScenarioFile(Table):
         return Scenario(
             name=self.name,
             duration_s=self.duration_s,
-            hosts=tuple(
-                Host(name=n, capture=t.capture, clock=t.build_clock())
-                for n, t in self.hosts.items()
-            ),
+            hosts=tuple(Host(name=n, capture=t.capture) for n, t in self.hosts.items()),
             links=tuple(link.build() for link in self.links),
             processes=tuple(p.build(n, source) for n, p in (self.processes or {}).items()),
             description=self.description,

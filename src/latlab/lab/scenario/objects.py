@@ -48,22 +48,11 @@ class Analysis:
 
 
 @dataclass(frozen=True)
-class HostClock:
-    """A host's planted clock: CLOCK_MONOTONIC ``offset_ms`` from the machine's (a time
-    namespace) and running ``drift_ppm`` fast (libllclockskew); docs/clocks.md."""
-
-    offset_ms: float = 0.0
-    drift_ppm: float = 0.0
-
-
-@dataclass(frozen=True)
 class Host:
-    """A host: in the lab, one network namespace; ``capture``: log its every packet;
-    ``clock``: its own clock (then every host of the scenario is its own clock domain)."""
+    """A host: in the lab, one network namespace; ``capture``: log its every packet."""
 
     name: str
     capture: bool = False
-    clock: HostClock | None = None
 
 
 @dataclass(frozen=True)
@@ -106,9 +95,7 @@ class Process:
     peer (``webrtc = "gstreamer"``: latlab's webrtcbin program) sends a tone of raw caps
     ``audio_caps`` and receives through a jitter buffer of ``jitterbuffer_ms``. In a
     browser, ``jitterbuffer_ms`` is the target its receivers' jitter buffers are held to
-    (``RTCRtpReceiver.jitterBufferTarget``; None: NetEq adapts on its own); with
-    ``video`` a browser in a call also sends its fake camera and records every video
-    frame it presents. ``cost``:
+    (``RTCRtpReceiver.jitterBufferTarget``; None: NetEq adapts on its own). ``cost``:
     count the process's CPU time, context switches and syscalls with perf, idle for
     ``cost_idle_s`` before the processes after it start (its baseline), then under load.
     """
@@ -123,7 +110,6 @@ class Process:
     audio_file: str | None = None
     audio_processing: bool = False
     browser_args: tuple[str, ...] = ()
-    video: bool = False
     webrtc: str = ""
     audio_caps: str = WEBRTC_AUDIO_CAPS
     jitterbuffer_ms: int | None = WEBRTC_JITTERBUFFER_MS
