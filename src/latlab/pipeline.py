@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -219,13 +220,21 @@ def _cpu_count(run_dir: Path) -> int | None:
     return count if isinstance(count, int) else None
 
 
+FORWARDED_STATUSES = ("matched", "ambiguous", "repeat")
+
+
 def _egress_by_host(forwarded: pa.Table | None) -> dict[str, Any]:
-    """Per captured host, the times its egress RTP packets left (forwarding.parquet)."""
+    """Per captured host, the times its forwarded RTP packets left (forwarding.parquet):
+    those with a source (matched, or ambiguous between sources) and retransmissions of
+    one; not the SFU's own packets (padding, probes, blank frames: unmatched or at a
+    leg's edge), which a cost per forwarded packet must not divide by."""
     if forwarded is None:
         return {}
     hosts = forwarded.column("host").to_numpy(zero_copy_only=False)
     times = forwarded.column("egress_ns").to_numpy()
-    return {host: times[hosts == host] for host in set(hosts.tolist())}
+    status = forwarded.column("status").to_numpy(zero_copy_only=False)
+    counted = np.isin(status, FORWARDED_STATUSES)
+    return {host: times[(hosts == host) & counted] for host in set(hosts.tolist())}
 
 
 def _write(
