@@ -113,6 +113,16 @@ RESULTS: tuple[Result, ...] = (
         "The same light loads through Janus, LiveKit and latlab-sfu, side by side.",
         timeout_s=1800,
     ),
+    _run(
+        "sfu-quality",
+        "The SFU study's quality matrix through Janus and LiveKit (docs/sfu.md).",
+        timeout_s=4800,
+    ),
+    Result(
+        "sfu-quality-report",
+        "./latlab report runs/results/sfu-quality",
+        "The quality matrix's tables again, from its sweep (needs sfu-quality).",
+    ),
 )
 
 
