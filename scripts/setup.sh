@@ -159,6 +159,16 @@ bundle_livekit_client() {
         --legal-comments=eof --log-level=warning --outfile="$LIVEKIT_DIR/livekit-client.js"
 }
 
+# The clock lab's planted rate error (docs/clocks.md): an LD_PRELOAD library, one C file.
+CLOCKSKEW=build/clockskew/libllclockskew.so
+build_clockskew() {
+    if [ ! -f "$CLOCKSKEW" ] || [ clockskew/llclockskew.c -nt "$CLOCKSKEW" ]; then
+        log "building $CLOCKSKEW"
+        mkdir -p "$(dirname "$CLOCKSKEW")"
+        gcc -shared -fPIC -O2 -Wall -Wextra -Werror -o "$CLOCKSKEW" clockskew/llclockskew.c -ldl
+    fi
+}
+
 python_environment() {
     if [ ! -x .venv/bin/python ]; then
         log "creating the Python environment (.venv)"
@@ -179,4 +189,5 @@ python_environment
 build_livekit_server
 bundle_livekit_client
 build_loadgen
+build_clockskew
 log "ready: ./latlab --help"

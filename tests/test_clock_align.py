@@ -14,7 +14,6 @@ import pytest
 from latlab.analysis.clock_apply import FLAG_SHARE
 from latlab.analysis.clocks import (
     ClockFit,
-    Intervals,
     PairAlignment,
     SourceResult,
     compose,
@@ -214,3 +213,108 @@ def test_without_a_source_the_figures_say_so(tmp_path: Path) -> None:
     assert net["cross_domain"] and net["clock_err_ms"] is None and net["clock_flagged"]
     assert not summary["clocks"]["domains"]["monotonic@rx"]["aligned"]
     assert json.dumps(summary)  # still plain JSON
+
+
+def _split(run: Path, out: Path, process: str, host: str, clock_file: str) -> Path:
+    """One machine's part of the two-domain synthetic run, as ``latlab record`` writes it."""
+    whole = read_json(run / RUN_FILE)
+    (out / "traces").mkdir(parents=True)
+    (out / "clock").mkdir()
+    entry = next(p for p in whole["processes"] if p["name"] == process)
+    trace = f"{process}-{entry['pid']}.lltrace"
+    (out / "traces" / trace).write_bytes((run / "traces" / trace).read_bytes())
+    (out / "clock" / clock_file).write_bytes((run / "clock" / clock_file).read_bytes())
+    domain = f"monotonic@{host}"
+    write_json(out / RUN_FILE, {**whole, "kind": "record", "name": process, "hosts": {},
+                                "processes": [{**entry, "host": None, "clock_domain": domain}],
+                                "clock": {"domain": domain, "domains": {domain: {}}}})  # fmt: skip
+    return out
+
+
+def test_merge_of_two_machines_reproduces_the_single_run(tmp_path: Path) -> None:
+    """The two-domain synthetic run, split into a record run per machine and merged again,
+    gives the same summary figures as analysed whole."""
+    from latlab.merge import merge_runs
+
+    whole = tmp_path / "whole"
+    _two_domain_run(whole, -400, 60)
+    tx = _split(whole, tmp_path / "tx", "sender", "tx", "tx.jsonl")
+    rx = _split(whole, tmp_path / "rx", "receiver", "rx", "rx.jsonl")
+    merged = merge_runs([tx, rx], tmp_path / "merged")
+    assert merged["kind"] == "merged" and merged["clock"]["reference"] == "monotonic@tx"
+    one = analysis_of(whole, write=False).summary
+    two = analysis_of(tmp_path / "merged", write=False).summary
+    (a,), (b,) = one["streams"], two["streams"]
+    assert a["probes"] == b["probes"]
+    for x, y in zip([*a["segments"], a["end_to_end"]], [*b["segments"], b["end_to_end"]],
+                    strict=True):  # fmt: skip
+        assert {k: x[k] for k in ("p50_ms", "p99_ms", "clock_err_ms", "cross_domain")} == {
+            k: y[k] for k in ("p50_ms", "p99_ms", "clock_err_ms", "cross_domain")
+        }
+
+
+def test_merge_refuses_what_is_not_two_runs(tmp_path: Path) -> None:
+    from latlab.merge import merge_runs
+    from latlab.rundir import RunDirError
+
+    make_run_dir(tmp_path / "a", SyntheticRtpAudio(units=100))
+    with pytest.raises(RunDirError, match="two run directories"):
+        merge_runs([tmp_path / "a"], tmp_path / "out")
+    with pytest.raises(RunDirError, match="given twice"):
+        merge_runs([tmp_path / "a", tmp_path / "a"], tmp_path / "out")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RunDirError, match=r"no run\.json"):
+        merge_runs([tmp_path / "a", tmp_path / "empty"], tmp_path / "out")
+
+
+LATLAB = Path(__file__).resolve().parents[1] / "latlab"
+
+
+def test_two_agents_on_loopback_find_no_offset_within_their_bound(tmp_path: Path) -> None:
+    """Two clock agents of one machine (one clock) exchanging over 127.0.0.1 until each
+    has logged enough: the exchange finds offset 0 within its bound."""
+    import threading
+
+    from latlab.analysis.clock_apply import exchange_result
+    from latlab.lab.clockd import ClockAgent
+
+    server = ClockAgent(clock_log(tmp_path, "b"), "monotonic@b", serve=("127.0.0.1", 0))
+    port = server._server.getsockname()[1]  # type: ignore[union-attr]
+    client = ClockAgent(clock_log(tmp_path, "a"), "monotonic@a", peers={None: ("127.0.0.1", port)},
+                        rate_hz=50)  # fmt: skip
+    server.start()
+    client.start()
+    done = threading.Event()
+    # 2 windows of 2 s need 4 s of exchanges: wait on the agent's own count (50 a second)
+    for _ in range(200):
+        if client.exchanges >= 220 or done.wait(0.05):
+            break
+    client.stop()
+    server.stop()
+    result = exchange_result(read_clock_logs(tmp_path), "monotonic@a", "monotonic@b")
+    assert result.fit is not None, result.why
+    assert abs(result.fit.offset_ns) <= result.fit.bound_ns
+    assert result.fit.min_width_ns < 5 * MS  # a loopback round trip
+
+
+def test_record_samples_its_clock_and_names_its_domain(tmp_path: Path) -> None:
+    import subprocess
+
+    out = tmp_path / "rec"
+    done = subprocess.run([str(LATLAB), "record", "--out", str(out), "--no-analyze",
+                           "--clock-domain", "monotonic@here", "--", "true"],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    run = read_json(out / RUN_FILE)
+    assert run["clock"]["domain"] == "monotonic@here"
+    assert run["processes"][0]["clock_domain"] == "monotonic@here"
+    logs = read_clock_logs(out)
+    assert list(logs.domains) == ["monotonic@here"]
+    assert len(logs.domains["monotonic@here"].mono_ns) >= 2  # at start and at the end
+    bad = subprocess.run([str(LATLAB), "record", "--out", str(tmp_path / "x"),
+                          "--clock-peer", "nowhere", "--", "true"],
+                         capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        "latlab: error: record: --clock-peer 'nowhere': not ADDRESS:PORT (a port from 1 to 65535)"
+    ]

@@ -155,15 +155,40 @@ def record(
         bool, typer.Option("--print-env", help="Print the variables that load the tracer.")
     ] = False,
     analyze: Annotated[bool, typer.Option(help="Analyse and print the table afterwards.")] = True,
+    clock_domain: Annotated[
+        str | None,
+        typer.Option(
+            "--clock-domain",
+            help="This machine's clock domain (default monotonic@HOSTNAME); docs/clocks.md.",
+        ),
+    ] = None,
+    clock_serve: Annotated[
+        str | None,
+        typer.Option(
+            "--clock-serve",
+            help="[ADDRESS:]PORT: answer two-way clock exchanges from the other machine.",
+        ),
+    ] = None,
+    clock_peer: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--clock-peer",
+            help="[DOMAIN=]ADDRESS:PORT: exchange timestamps with the machine recording with "
+            "--clock-serve there (a few UDP packets a second, beside the measurement).",
+        ),
+    ] = None,
     wide: Wide = False,
 ) -> None:
     """Run any command with the tracer loaded, like ``perf record -- CMD``.
 
     Processes recorded into one directory under different --name are stitched together;
-    the table comes when the last of them ends.
+    the table comes when the last of them ends. Beside the command, the machine's clock is
+    sampled (and, with --clock-serve / --clock-peer, exchanged with another machine's) so
+    that runs of two machines can be merged (latlab merge).
     """
+    from latlab.lab.clockd import parse_address, parse_peers
+    from latlab.lab.record import ClockOptions, record_process
     from latlab.lab.record import print_env as env_lines
-    from latlab.lab.record import record_process
 
     if print_env:
         console.print(env_lines(out), highlight=False, markup=False, soft_wrap=True)
@@ -172,7 +197,16 @@ def record(
         raise UserInputError(
             "record: give the command to record after --, e.g. latlab record -- gst-launch-1.0 ..."
         )
-    result = record_process(list(command), out, process_name=name)
+    try:
+        serve = None
+        if clock_serve is not None:
+            serve = parse_address(clock_serve if ":" in clock_serve else f":{clock_serve}",
+                                  "--clock-serve")  # fmt: skip
+        peers = parse_peers(clock_peer or [], "--clock-peer")
+    except ValueError as exc:
+        raise UserInputError(f"record: {exc}") from None
+    clock = ClockOptions(clock_domain, serve, peers)
+    result = record_process(list(command), out, process_name=name, clock=clock)
     if analyze and result.still_running:
         others = ", ".join(result.still_running)
         err_console.print(
@@ -187,6 +221,29 @@ def record(
         summary = summary_of(out)
         render_summary(summary, console, wide=_wide(wide))
     raise typer.Exit(result.exit_code)
+
+
+@app.command()
+def merge(
+    run_dirs: Annotated[
+        list[Path], typer.Argument(help="Run directories recorded on different machines.")
+    ],
+    out: Annotated[Path, typer.Option("--out", "-o", help="The merged run directory to write.")],
+    analyze: Annotated[bool, typer.Option(help="Analyse and print the table afterwards.")] = True,
+    wide: Wide = False,
+) -> None:
+    """Join runs recorded on different machines into one: journeys across the machines,
+    stitched by media position, every figure between their clocks with its error
+    (docs/clocks.md)."""
+    from latlab.merge import merge_runs
+
+    merge_runs(list(run_dirs), out)
+    console.print(f"merged: {out}", highlight=False)
+    if analyze:
+        from latlab.pipeline import summary_of
+        from latlab.report.table import render_summary
+
+        render_summary(summary_of(out), console, wide=_wide(wide))
 
 
 @app.command()

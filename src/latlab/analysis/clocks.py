@@ -43,10 +43,10 @@ import numpy as np
 
 # Observations are grouped into windows of this length; the narrowest of each is kept.
 WINDOW_NS = 2_000_000_000
-# A window whose narrowest observation is wider than this many times the median of the
-# windows' narrowest (and 50 us more) is left out: a busy moment, not the path.
-OUTLIER_FACTOR = 2.0
-OUTLIER_SLACK_NS = 50_000
+# A window whose narrowest observation is wider than this many times the 10th percentile
+# of the windows' narrowest (and 10 us more) is left out: a busy moment, not the path.
+OUTLIER_FACTOR = 1.5
+OUTLIER_SLACK_NS = 10_000
 # Weights of the fit: 1 / (half width^2 + floor^2): the floor keeps one lucky observation
 # from deciding alone.
 WEIGHT_FLOOR_NS = 5_000.0
@@ -189,13 +189,7 @@ def fit_intervals(
     half = (hi - lo) / 2
     mid = (hi + lo) / 2
     keep = _narrowest_per_window(t, half, window_ns)
-    if len(keep) >= MIN_WINDOWS:
-        narrow = half[keep]
-        limit = max(OUTLIER_FACTOR * float(np.median(narrow)), float(np.median(narrow)))
-        limit += OUTLIER_SLACK_NS
-        good = keep[narrow <= limit]
-        if len(good) >= MIN_WINDOWS:
-            keep = good
+    keep = _near_the_minimum(keep, t, half)
     if len(keep) < MIN_WINDOWS or t[keep].max() == t[keep].min():
         return SourceResult(
             source, None, f"{len(t)} observation(s) in {len(keep)} window(s): a drift needs two"
@@ -218,6 +212,25 @@ def fit_intervals(
         min_width_ns=float(2 * half.min()),
     )  # fmt: skip
     return SourceResult(source, fit)
+
+
+def _near_the_minimum(keep: np.ndarray, t: np.ndarray, half: np.ndarray) -> np.ndarray:
+    """Of the windows' narrowest observations, those near the narrowest of all (the path's
+    own delay, without a busy moment's): within ``OUTLIER_FACTOR`` times the 10th
+    percentile plus ``OUTLIER_SLACK_NS``, while they still span most of the run (a fourth
+    of the windows at least); else the tightest fourth."""
+    if len(keep) < 2 * MIN_WINDOWS:
+        return keep
+    narrow = half[keep]
+    limit = OUTLIER_FACTOR * float(np.percentile(narrow, 10)) + OUTLIER_SLACK_NS
+    good = keep[narrow <= limit]
+    enough = max(MIN_WINDOWS, len(keep) // 4)
+    if len(good) < enough:
+        good = keep[np.argsort(narrow, kind="stable")[:enough]]
+    span = t[keep].max() - t[keep].min()
+    if span and t[good].max() - t[good].min() < span / 2:  # the drift needs the run's length
+        good = keep[narrow <= float(np.median(narrow)) + OUTLIER_SLACK_NS]
+    return np.sort(good)
 
 
 def _narrowest_per_window(t: np.ndarray, half: np.ndarray, window_ns: int) -> np.ndarray:

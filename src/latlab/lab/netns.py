@@ -35,6 +35,7 @@ from latlab.errors import MeasurementError
 from latlab.lab import links as emulated
 from latlab.lab import netem
 from latlab.lab.capture import Capture, CaptureError
+from latlab.lab.clocklab import ClockLabError, HostClocks, domain_of
 from latlab.lab.links import LinkPlan
 from latlab.lab.process import failure_line
 from latlab.lab.signals import signals_deferred, sigterm_raises
@@ -204,6 +205,7 @@ class Lab:
         self.capture_hosts = list(capture_hosts)
         self.captures: list[Capture] = []
         self._check_router_names()
+        self.clocks = HostClocks(())  # planted clocks: from_scenario sets them
         self._created: list[str] = []
         self._stack = ExitStack()
 
@@ -217,14 +219,15 @@ class Lab:
         owner_pid: int | None = None,
         captures: bool = True,
     ) -> Lab:
-        """A lab with the scenario's hosts and links (impaired links through the emulator),
+        """A lab with the scenario's hosts (with their planted clocks) and links (impaired
+        links through the emulator),
         capturing the packets of hosts with ``capture = true`` (unless ``captures`` is off).
 
         ``owner_pid`` names the owner (default: this process; STANDING_OWNER for ``lab up``).
         """
         links = [(link.a, link.b) for link in scenario.links]
         configs = [emulated.emulator_config(link) for link in scenario.links]
-        return cls(
+        lab = cls(
             scenario.host_names(),
             links,
             run_dir=run_dir,
@@ -234,6 +237,8 @@ class Lab:
             exited=exited,
             owner_pid=owner_pid,
         )
+        lab.clocks = HostClocks(scenario.hosts)
+        return lab
 
     def namespace(self, host: str) -> str:
         """Namespace name of ``host``."""
@@ -269,18 +274,20 @@ class Lab:
         return {host: self.addr(host) for host in self.hosts}
 
     def exec_argv(self, host: str, argv: Sequence[str]) -> list[str]:
-        """``argv`` prefixed to run inside ``host``'s namespace."""
-        return ["ip", "netns", "exec", self.namespace(host), *argv]
+        """``argv`` prefixed to run inside ``host``'s namespace (and its planted clock)."""
+        return ["ip", "netns", "exec", self.namespace(host), *self.clocks.prefix(host), *argv]
 
     def describe(self) -> dict[str, Any]:
         """Hosts and links as plain data (for run.json)."""
-        hosts = {h: {"namespace": self.namespace(h), "addr": self.addr(h)} for h in self.hosts}
+        hosts = {h: {"namespace": self.namespace(h), "addr": self.addr(h),
+                     **self.clocks.describe_host(h)} for h in self.hosts}  # fmt: skip
         links = [
             {
                 "between": [p.a, p.b],
                 "interfaces": [p.veth_a, p.veth_b],
                 "addrs": [f"{p.addr_a}/{p.prefix_len}", f"{p.addr_b}/{p.prefix_len}"],
                 **self._describe_backend(p),
+                **({"clock_domain": domain_of(p.a)} if self.clocks.clocks else {}),
             }
             for p in self.links
         ]
@@ -318,6 +325,10 @@ class Lab:
             existing = set(list_namespaces())
             for host in self.hosts:
                 self._add_namespace(self.namespace(host), existing)
+            try:
+                self.clocks.up()
+            except ClockLabError as exc:
+                raise LabError(str(exc)) from None
             for link in self.links:
                 self._add_link(link)
             for host in self.capture_hosts:
@@ -336,6 +347,7 @@ class Lab:
                 emulator.stop()
             for link in self.netem_links.values():
                 link.stop()
+            self.clocks.down()
             errors = []
             while self._created:
                 namespace = self._created[-1]
@@ -471,6 +483,7 @@ class Lab:
             self._address_hosts(link)
             out = (self.run_dir or Path(tempfile.mkdtemp(prefix="llab-links-"))) / LINKS
             emulator = emulated.Emulator(link, router, (r_a, r_b), config, out, self.exited)
+            emulator.child.argv[4:4] = self.clocks.prefix(link.a)  # after ip netns exec NS
             self.emulators[link.index] = emulator
             emulator.start(os.environ)
         except emulated.LinkError as exc:

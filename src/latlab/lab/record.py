@@ -29,6 +29,7 @@ from typing import Any
 
 from latlab import rundir
 from latlab.errors import UserInputError
+from latlab.lab.clockd import ClockAgent, default_domain
 from latlab.lab.environment import environment
 from latlab.tracer import tracer_env
 
@@ -40,6 +41,20 @@ STOPPED_BY = {signal.SIGINT: "sigint", signal.SIGTERM: "sigterm"}
 class RecordError(UserInputError, RuntimeError):
     """The command could not be recorded (its name or run directory refused, or it could
     not be started); ``str()`` is one line."""
+
+
+@dataclass(frozen=True)
+class ClockOptions:
+    """The recorder's clock agent (docs/clocks.md): this machine's clock domain, the
+    address it answers two-way exchanges on, and the peers it asks."""
+
+    domain: str | None = None  # default monotonic@HOSTNAME
+    serve: tuple[str, int] | None = None
+    peers: dict[str, tuple[str, int]] | None = None  # peer domain -> address
+
+    @property
+    def name(self) -> str:
+        return self.domain or default_domain()
 
 
 @dataclass(frozen=True)
@@ -61,7 +76,12 @@ def record(
 
 
 def record_process(
-    argv: Sequence[str], out_dir: Path, process_name: str | None = None, *, trace: bool = True
+    argv: Sequence[str],
+    out_dir: Path,
+    process_name: str | None = None,
+    *,
+    trace: bool = True,
+    clock: ClockOptions | None = None,
 ) -> Recorded:
     """Run ``argv`` with the tracer env and wait for it, recording it in run.json.
 
@@ -70,7 +90,8 @@ def record_process(
     under that name. A command killed by a signal ends with 128 + the signal number, as
     a shell would. Raises RecordError if the name or the directory is refused or the
     command cannot be started, TracerNotBuilt if ``trace`` is set and the tracer plugin
-    is missing.
+    is missing. Beside the command, a clock agent samples this machine's clock into
+    ``clock/NAME.jsonl`` and, with ``clock``'s serve or peers, runs two-way exchanges.
     """
     if not argv:
         raise RecordError("no command given")
@@ -81,10 +102,16 @@ def record_process(
         raise RecordError(f"{out_dir}: exists and is not a directory")
     name = process_name or Path(argv[0]).name
     tracing = tracer_env(out_dir / rundir.TRACES, name) if trace else {}
+    clock = clock or ClockOptions()
     with _forward_signals() as forwarder:
-        child, started_run = _start(list(argv), tracing, out_dir, name, process_name is not None)
+        child, started_run, agent = _start(
+            list(argv), tracing, out_dir, name, process_name is not None, clock
+        )
         forwarder.attach(child.pid)
-        returncode = child.wait()
+        try:
+            returncode = child.wait()
+        finally:
+            agent.stop()
     ended_ns = rundir.Instant.now().monotonic_ns
     code = 128 - returncode if returncode < 0 else returncode
     stopped = STOPPED_BY.get(forwarder.forwarded[0], "exited") if forwarder.forwarded else "exited"
@@ -115,10 +142,15 @@ def print_env(out_dir: Path) -> str:
 
 
 def _start(
-    argv: list[str], tracing: dict[str, str], out_dir: Path, name: str, joining: bool
-) -> tuple[subprocess.Popen, dict[str, Any]]:
-    """Under the lock: check the run dir, start the command, list it in run.json (the
-    last entry of the run returned)."""
+    argv: list[str],
+    tracing: dict[str, str],
+    out_dir: Path,
+    name: str,
+    joining: bool,
+    clock: ClockOptions,
+) -> tuple[subprocess.Popen, dict[str, Any], ClockAgent]:
+    """Under the lock: check the run dir, start the clock agent and the command, list it
+    in run.json (the last entry of the run returned)."""
     with rundir.locked(out_dir):
         run = _joinable_run(out_dir, name, joining)
         if run is None:
@@ -126,17 +158,39 @@ def _start(
             rundir.write_json(out_dir / rundir.ENV_FILE, environment())
         started = rundir.Instant.now()
         run = run or _new_run(name, started, bool(tracing))
+        _check_domain(out_dir, run, clock.name)
+        log = rundir.clock_log(out_dir, name)
+        try:
+            agent = ClockAgent(log, clock.name, serve=clock.serve, peers=clock.peers)
+        except OSError as exc:
+            raise RecordError(
+                f"clock agent: cannot answer on {clock.serve}: {exc.strerror or exc}"
+            ) from None
+        agent.start()
+        run["clock"] = {"domain": clock.name, "domains": {clock.name: {}}}
         procs = run["processes"] = [p for p in run["processes"] if p["name"] != name]
         try:
             env = {**os.environ, **tracing}
             child = subprocess.Popen(argv, env=env, start_new_session=True)
         except OSError as exc:
+            agent.stop()
             procs.append(_process(name, argv, None, started, run, stopped="not-started"))
             _write_run(out_dir, run)
             raise RecordError(f"{argv[0]}: cannot run: {exc.strerror or exc}") from None
         procs.append(_process(name, argv, child.pid, started, run, stopped=None))
+        procs[-1]["clock_domain"] = clock.name
         _write_run(out_dir, run)
-    return child, run
+    return child, run, agent
+
+
+def _check_domain(out_dir: Path, run: dict[str, Any], domain: str) -> None:
+    """A record run is one machine's: RecordError for a process of another clock domain."""
+    known = (run.get("clock") or {}).get("domain")
+    if known and known != domain:
+        raise RecordError(
+            f"{out_dir}: a run of clock domain '{known}', not '{domain}': record each "
+            "machine into its own directory and join them with latlab merge"
+        )
 
 
 def _joinable_run(out_dir: Path, name: str, joining: bool) -> dict[str, Any] | None:

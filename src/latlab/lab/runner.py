@@ -34,6 +34,7 @@ from latlab.ingest.trace_format import Kind
 from latlab.ingest.trace_reader import TraceError, open_trace
 from latlab.lab import cost
 from latlab.lab.browser import BrowserError, BrowserLab, check_browsers
+from latlab.lab.clocklab import ClockLabError
 from latlab.lab.devices import DeviceError, Devices, cleanup_stale_devices
 from latlab.lab.environment import environment
 from latlab.lab.loadgen import LoadError, LoadGenerator
@@ -213,6 +214,7 @@ class _Run:
         """Start devices and processes, run for the duration, stop everything."""
         self.sampler.start()
         try:
+            self._start_clock_agents()
             self._start_devices()
             self._start_sfus()
             self._prepare_signal()
@@ -226,10 +228,24 @@ class _Run:
                 self.browsers.sample_at_stop(self._browser_children())
             self._stop_loads()
             self._stop_all()
+            if self.lab is not None:
+                self.lab.clocks.stop_agents()
             self._stop_sfus()
             self._stop_signal_rig()
             self._stop_devices()
             self.sampler.stop()
+
+    def _start_clock_agents(self) -> None:
+        """With hosts of their own clocks, a clock agent per host (lab/clocklab.py)."""
+        assert self.lab is not None
+        if not self.lab.clocks.clocks:
+            return
+        links = [(p.a, p.b, p.addr_a, p.addr_b) for p in self.lab.links]
+        try:  # their own exit event: an agent is no process of the scenario
+            self.lab.clocks.start_agents(self.out_dir, self.lab.exec_argv, links,
+                                         threading.Event())  # fmt: skip
+        except ClockLabError as exc:
+            raise RunError(str(exc)) from None
 
     def _browser_children(self) -> dict[str, ChildProcess]:
         return {proc.name: child for proc, child in self.children if proc.call_peer}
@@ -602,6 +618,7 @@ class _Run:
             "trace": self.trace,
             "params": dict(self.scenario.params),
             "hosts": lab["hosts"],
+            "clock": self.lab.clocks.describe(self.scenario.host_names()) if self.lab else None,
             "links": lab["links"],
             "captures": lab.get("captures", {}),
             "costs": self.costs,

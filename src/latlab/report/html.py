@@ -25,7 +25,7 @@ from latlab.report.html_composite import composite
 from latlab.report.html_data import CHARTS, MAX_POINTS, run_model, to_json
 from latlab.report.html_sweep import sweep_model
 from latlab.report.quality import has_quality, matrix_html
-from latlab.report.table import COLUMNS
+from latlab.report.table import COLUMNS, clock_cell
 from latlab.rundir import REPORT_FILE
 
 ASSETS = Path(__file__).with_name("assets")
@@ -79,6 +79,9 @@ def findings_list(groups: Iterable[tuple[str, Sequence[Finding]]]) -> str:
 def stage_table(stream: dict[str, Any]) -> str:
     """The per-stage table of one stream (as in the terminal report)."""
     head = "".join(f"<th>{label} ms</th>" for label, _ in STAT_COLUMNS)
+    clocks = "clock_err_ms" in stream["end_to_end"]  # a run of several clock domains
+    if clocks:
+        head += '<th title="clock error of a span between clock domains">±clk ms</th>'
     rows = []
     previous = None
     for i, seg in enumerate(stream["segments"], 1):
@@ -86,10 +89,14 @@ def stage_table(stream: dict[str, Any]) -> str:
         if previous and name.split("/", 1)[0] == previous.split("/", 1)[0]:
             name = name.split("/", 1)[1]
         cells = "".join(f"<td>{_ms(seg.get(key))}</td>" for _, key in STAT_COLUMNS)
+        if clocks:
+            cells += f"<td>{esc(clock_cell(seg))}</td>"
         rows.append(f"<tr><td>{i}</td><td>{esc(name)}</td><td>{esc(seg['kind'])}</td>{cells}</tr>")
         previous = seg["to"]
     e2e = stream["end_to_end"]
     cells = "".join(f"<td>{_ms(e2e.get(key))}</td>" for _, key in STAT_COLUMNS)
+    if clocks:
+        cells += f"<td>{esc(clock_cell(e2e))}</td>"
     rows.append(f'<tr class="total"><td></td><td>end to end</td><td></td>{cells}</tr>')
     return (
         '<table class="stats"><thead><tr><th>#</th><th>stage (to probe)</th><th>kind</th>'
@@ -285,6 +292,31 @@ def page(title: str, subtitle: str, body: str, model: dict[str, Any]) -> str:
     )
 
 
+def clocks_section(clocks: dict[str, Any]) -> str:
+    """How the run's clock domains were aligned: every source's answer per pair."""
+    rows = []
+    for pair in clocks.get("pairs", []):
+        for source in pair.get("sources", []):
+            chosen = source["source"] == pair.get("chosen")
+            if source.get("valid"):
+                what = (f"offset {source['offset_ms']:+.3f} ms, drift {source['drift_ppm']:+.3f} "
+                        f"ppm, ±{source['err_ms']:.3f} ms over {source['span_s']:g} s "
+                        f"({source['used']} of {source['samples']} samples)")  # fmt: skip
+            else:
+                what = source.get("why", "")
+            rows.append(f"<tr><td>{esc(pair['a'])} → {esc(pair['b'])}</td>"
+                        f"<td>{esc(source['source'])}{' (chosen)' if chosen else ''}</td>"
+                        f"<td>{esc(what)}</td></tr>")  # fmt: skip
+    intro = (f"<p>Reference: {esc(clocks['reference'])}. A figure between two clock domains "
+             "carries the error of their alignment (±clk); one larger than "
+             f"{clocks.get('flag_share', 0.1):.0%} of its p50 is marked !.</p>")  # fmt: skip
+    return (
+        f'<section id="clocks"><h2>Clocks</h2>{intro}<table class="stats"><thead><tr>'
+        "<th>domains</th><th>source</th><th>alignment</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></section>"
+    )
+
+
 def run_html(
     run_dir: Path,
     meta: dict[str, Any],
@@ -316,6 +348,8 @@ def run_html(
             + figure("cpu", "cpu", "cpu", "CPU per process (user + system), % of one core, "
                      "between consecutive 100 ms samples.") + "</section>"
         )  # fmt: skip
+    if summary.get("clocks"):
+        sections.append(clocks_section(summary["clocks"]))
     sections.append(traces_table(model["traces"]))
     run = summary["run"]
     params = ", ".join(f"{k}={v}" for k, v in (run.get("params") or {}).items())

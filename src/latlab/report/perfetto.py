@@ -110,9 +110,15 @@ def export_perfetto(run_dir: Path, out: Path, unit_ms: float | None = None) -> E
     from latlab.pipeline import analysis_of
 
     analysis = analysis_of(run_dir, unit_ms, write=unit_ms is None)  # not another unit
+    errors = [
+        [seg.get("clock_err_ms") if seg.get("cross_domain") else None for seg in s["segments"]]
+        for s in analysis.summary.get("streams", [])
+    ]
     return write_perfetto(
-        analysis.streams, analysis.processes, analysis.threads, analysis.meta, out
-    )
+        analysis.streams, analysis.processes, analysis.threads, analysis.meta, out,
+        clock_errors=errors if analysis.summary.get("clocks") else None,
+        clocks=analysis.summary.get("clocks"),
+    )  # fmt: skip
 
 
 def write_perfetto(
@@ -121,8 +127,13 @@ def write_perfetto(
     threads: list[tuple[int, int, str]],
     run: dict[str, Any],
     out: Path,
+    *,
+    clock_errors: list[list[float | None]] | None = None,
+    clocks: dict[str, Any] | None = None,
 ) -> ExportResult:
-    """Write the Chrome trace-event JSON of ``streams`` to ``out``."""
+    """Write the Chrome trace-event JSON of ``streams`` to ``out``; ``clock_errors``: per
+    stream and segment the clock error of a segment between clock domains (its slices'
+    ``clock_err_ms``), ``clocks``: summary.json's (in ``otherData``)."""
     hosts = {p["name"]: p.get("host", "") for p in run.get("processes", []) if "name" in p}
     emulated = [link["between"] for link in run.get("links", []) if link.get("log")]
     if emulated:  # link logs are one process, "link", in the event table
@@ -133,10 +144,12 @@ def write_perfetto(
         f.write(b'{"displayTimeUnit":"ns","traceEvents":[\n')
         events = _EventWriter(f)
         for index, stream in enumerate(streams):
-            _write_stream(events, index, stream.journeys, layout, result)
+            errors = clock_errors[index] if clock_errors and index < len(clock_errors) else None
+            _write_stream(events, index, stream.journeys, layout, result, errors)
         for line in _metadata_lines(layout):
             events.write(b",\n" + line)
-        f.write(b'\n],\n"otherData":' + _json_line(_trace_info(run)) + b"}\n")
+        info = _trace_info(run) | ({"clocks": clocks} if clocks else {})
+        f.write(b'\n],\n"otherData":' + _json_line(info) + b"}\n")
         result.bytes = f.tell()
     result.tracks = len(layout.tracks)
     result.processes = len(layout.pids)
@@ -191,7 +204,12 @@ def _meta(name: str, pid: int, tid: int | None, args: dict[str, Any]) -> bytes:
 
 
 def _write_stream(
-    f: _EventWriter, index: int, j: Journeys, layout: _Layout, result: ExportResult
+    f: _EventWriter,
+    index: int,
+    j: Journeys,
+    layout: _Layout,
+    result: ExportResult,
+    clock_errors: list[float | None] | None = None,
 ) -> None:
     """All slices of one stream, one (segment, block of units) at a time."""
     times = j.times
@@ -208,7 +226,9 @@ def _write_stream(
         for lo in range(0, len(times), BLOCK_UNITS):
             rows = np.flatnonzero(present[lo : lo + BLOCK_UNITS, k]) + lo
             if len(rows):
-                f.write(_slice_block(index, j, k, rows, running, roles, tids[rows], layout))
+                err = clock_errors[k] if clock_errors and k < len(clock_errors) else None
+                block = _slice_block(index, j, k, rows, running, roles, tids[rows], layout, err)
+                f.write(block)
 
 
 def _ordered_times(times: np.ndarray) -> np.ndarray:
@@ -301,8 +321,10 @@ def _slice_block(
     roles: np.ndarray,
     tids: np.ndarray,
     layout: _Layout,
+    clock_err_ms: float | None = None,
 ) -> memoryview:
-    """The JSON text of one block of slices of segment ``k`` (each line starts with ",\\n")."""
+    """The JSON text of one block of slices of segment ``k`` (each line starts with ",\\n");
+    a segment between clock domains carries its clock error (``clock_err_ms``)."""
     start, end = running[rows, k], running[rows, k + 1]
     value = j.times[rows, k + 1] - j.times[rows, k]
     pids = _pids_of(tids, layout)
@@ -329,6 +351,7 @@ def _slice_block(
         _text(j.unit_start[rows]),
         ',"segment_ns":',
         _text(value),
+        "" if clock_err_ms is None else f',"clock_err_ms":{json.dumps(clock_err_ms)}',
         "}}",
     ]
     joined = pc.binary_join_element_wise(*parts, "")

@@ -60,6 +60,9 @@ def stage_table(stream: dict[str, Any]) -> FitTable:
     held = stream["media"] == "video"
     if held:
         table.add_column("frames\nheld", justify="right")
+    clocks = "clock_err_ms" in stream["end_to_end"]  # a run of several clock domains
+    if clocks:
+        table.add_column("±clk ms", justify="right")
     previous = None
     for i, seg in enumerate(stream["segments"], 1):
         cells = [str(i), _short(seg["to"], previous), seg["kind"]]
@@ -67,22 +70,59 @@ def stage_table(stream: dict[str, Any]) -> FitTable:
         if held:
             frames = seg.get("frames_held_p50")
             cells.append("-" if frames is None else f"{frames:.1f}")
+        if clocks:
+            cells.append(clock_cell(seg))
         table.add_row(*cells)
         previous = seg["to"]
     e2e = stream["end_to_end"]
+    flagged = [seg["to"] for seg in stream["segments"] if seg.get("clock_flagged")]
     negative = [seg for seg in stream["segments"] if seg.get("negative")]
-    if negative:
-        table.caption = "; ".join(
-            f"{seg['negative']} units reached {seg['to']} before {seg['from']}" for seg in negative
+    notes = [f"{seg['negative']} units reached {seg['to']} before {seg['from']}"
+             for seg in negative]  # fmt: skip
+    if flagged:
+        notes.append(
+            "! the clock error is more than 10 % of the p50: "
+            + ", ".join(_short(name, None) for name in flagged)
         )
+    if notes:
+        table.caption = "; ".join(notes)
     table.add_section()
     table.add_row(
         "",
         Text("end to end", style="bold"),
         "",
         *(Text(_ms(e2e[key]), style="bold") for _, key in COLUMNS),
+        *([""] if held else []),
+        *([clock_cell(e2e)] if clocks else []),
     )
     return table
+
+
+def clock_cell(figures: dict[str, Any]) -> str:
+    """A span's clock error: blank inside one clock domain, ``?`` where a domain could not
+    be aligned, ``!`` after it when it is more than the flagged share of the p50."""
+    if not figures.get("cross_domain"):
+        return ""
+    err = figures.get("clock_err_ms")
+    flag = " !" if figures.get("clock_flagged") else ""
+    return f"?{flag}" if err is None else f"{err:.3f}{flag}"
+
+
+def clock_lines(clocks: dict[str, Any]) -> list[str]:
+    """How each clock domain was aligned with the reference (summary.json ``clocks``)."""
+    lines = [f"clocks: reference {clocks['reference']}; figures between domains carry ±clk"]
+    for name, domain in clocks.get("domains", {}).items():
+        if name == clocks["reference"]:
+            continue
+        if not domain.get("aligned"):
+            lines.append(f"  {name}: not aligned ({domain.get('why')})")
+            continue
+        lines.append(
+            f"  {name}: {domain['source']}, offset {domain['offset_ms']:+.3f} ms, drift "
+            f"{domain['drift_ppm']:+.3f} ppm, error ±{domain['err_ms']:.3f} ms over "
+            f"{domain['span_s']:g} s ({domain['used']} of {domain['samples']} samples)"
+        )
+    return lines
 
 
 PHASE_ORDER = ("encode", "mux", "sender", "transport", "buffer", "decode", "render", "receiver")
@@ -436,6 +476,8 @@ def _stream_parts(stream: dict[str, Any], distributions: bool, cadence: bool) ->
 def _run_parts(summary: dict[str, Any]) -> list[Any]:
     """What is printed after the streams: configured latency, black box, resources, ..."""
     parts: list[Any] = []
+    if summary.get("clocks"):
+        parts += [Text(line) for line in clock_lines(summary["clocks"])]
     latencies = [
         f"{t['process']} {t['configured_latency_ms']:.3f} ms"
         for t in summary.get("traces", [])

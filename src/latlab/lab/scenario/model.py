@@ -46,6 +46,7 @@ from latlab.lab.scenario.objects import (
     Call,
     Device,
     Host,
+    HostClock,
     Link,
     LinkBackend,
     Load,
@@ -105,6 +106,8 @@ GST_PUBLISHER_SERVERS = ("janus",)
 MAX_LOAD_PUBLISHERS = 64  # light participants of one [loads.NAME] (one process)
 MAX_LOAD_SUBSCRIBERS = 256
 SIGNAL_RATE = 48000  # the signal file's rate unless a device injects
+MAX_CLOCK_OFFSET_MS = 3_600_000  # a planted clock offset: within an hour of the machine's
+MAX_CLOCK_DRIFT_PPM = 1000  # a planted rate error: quartz is within +-100 ppm; 1000 is a typo
 MAX_AV_OFFSET_MS = 100.0  # latlab.signal.avclip.MAX_OFFSET_MS: codes stay inside the loop
 
 Name = Annotated[str, ENTITY_NAME]
@@ -277,6 +280,31 @@ class HostTable(Table):
     it sends and receives with kernel timestamps (``captures/NAME.lllink``)."""
 
     capture: Annotated[bool, BOOLEAN] = False
+    clock: ClockTable | None = None
+
+    @model_validator(mode="after")
+    def _capture_on_its_clock(self) -> HostTable:
+        """A capture takes the kernel's timestamps, which a planted rate cannot reach."""
+        if self.capture and self.clock is not None and self.clock.drift_ppm:
+            problem = "capture = true takes the kernel's timestamps, which a planted drift_ppm "
+            raise Problem(problem + "cannot reach: leave one out", ("clock", "drift_ppm"))
+        return self
+
+    def build_clock(self) -> HostClock | None:
+        """The host's planted clock, if it has one."""
+        return None if self.clock is None else HostClock(**dict(self.clock))
+
+
+class ClockTable(Table):
+    """``clock = { offset_ms = 250, drift_ppm = 50 }`` in a ``[hosts.NAME]`` table: the
+    host's CLOCK_MONOTONIC is ``offset_ms`` ahead of the machine's and runs ``drift_ppm``
+    fast (negative: behind, slow); docs/clocks.md."""
+
+    offset_ms: Annotated[float, within(-MAX_CLOCK_OFFSET_MS, MAX_CLOCK_OFFSET_MS)] = 0.0
+    drift_ppm: Annotated[float, within(-MAX_CLOCK_DRIFT_PPM, MAX_CLOCK_DRIFT_PPM)] = 0.0
+
+
+HostTable.model_rebuild()
 
 
 class DeviceTable(Table):
@@ -907,7 +935,10 @@ class ScenarioFile(Table):
         return Scenario(
             name=self.name,
             duration_s=self.duration_s,
-            hosts=tuple(Host(name=n, capture=t.capture) for n, t in self.hosts.items()),
+            hosts=tuple(
+                Host(name=n, capture=t.capture, clock=t.build_clock())
+                for n, t in self.hosts.items()
+            ),
             links=tuple(link.build() for link in self.links),
             processes=tuple(p.build(n, source) for n, p in (self.processes or {}).items()),
             description=self.description,

@@ -48,11 +48,22 @@ class Analysis:
 
 
 @dataclass(frozen=True)
+class HostClock:
+    """A host's planted clock: CLOCK_MONOTONIC ``offset_ms`` from the machine's (a time
+    namespace) and running ``drift_ppm`` fast (libllclockskew); docs/clocks.md."""
+
+    offset_ms: float = 0.0
+    drift_ppm: float = 0.0
+
+
+@dataclass(frozen=True)
 class Host:
-    """A host: in the lab, one network namespace; ``capture``: log its every packet."""
+    """A host: in the lab, one network namespace; ``capture``: log its every packet;
+    ``clock``: its own clock (then every host of the scenario is its own clock domain)."""
 
     name: str
     capture: bool = False
+    clock: HostClock | None = None
 
 
 @dataclass(frozen=True)
