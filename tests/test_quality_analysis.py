@@ -143,3 +143,32 @@ def test_html_matrix_colours_by_mos_links_each_cell_and_escapes() -> None:
     assert "<b>0</b>" not in page and "&lt;b&gt;0&lt;/b&gt;" in page
     assert R.mos_colour(4.5) != R.mos_colour(1.0)
     assert f"background:{R.mos_colour(2.40)}" in page
+
+
+def test_a_runs_quality_table_fits_80_columns_and_its_html_escapes() -> None:
+    quality = {
+        "room": "meeting", "publisher": "alice", "capture_skew_ms": {"p50_ms": 36.8},
+        "subscribers": {"<bob>": {
+            "mos": {"visqol": 4.31, "pesq": None, "pesq_note": R_NOTE},
+            "video": {"height_p50": 720, "fps_p50": 28, "freezes": 0},
+            "layers": {"switches": 3},
+            "av_sync": {"skew_ms": {"p50_ms": 26.6}, "added_ms": {"p50_ms": -21.2},
+                        "video_delay_ms": {"p50_ms": 83.4}, "audio_delay_ms": {"p50_ms": 100.4}},
+            "adaptation": [{"at_s": 14.0, "set": {"rate_kbit": 300},
+                            "bitrate_kbps": {"before": 2300, "after": 210, "changed": True,
+                                             "settled_ms": 270.0}}],
+            "problems": [],
+        }},
+    }  # fmt: skip
+    console = Console(width=80, record=True, file=io.StringIO(), color_system=None)
+    for part in R.run_quality_views(quality):
+        console.print(part)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80, text
+    assert "<bob>" in text and "4.31" in text and "-21.2" in text
+    assert "bitrate 2300 -> 210 in 270 ms" in text
+    page = R.run_quality_html(quality, escape)
+    assert "&lt;bob&gt;" in page and "<bob>" not in page
+
+
+R_NOTE = "PESQ not installed (optional): pip install -e '.[pesq]'"

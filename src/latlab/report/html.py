@@ -24,7 +24,7 @@ from latlab.report.findings import Finding
 from latlab.report.html_composite import composite
 from latlab.report.html_data import CHARTS, MAX_POINTS, run_model, to_json
 from latlab.report.html_sweep import sweep_model
-from latlab.report.quality import has_quality, matrix_html
+from latlab.report.quality import has_quality, matrix_html, run_quality_html
 from latlab.report.table import COLUMNS, clock_cell
 from latlab.rundir import REPORT_FILE
 
@@ -342,6 +342,8 @@ def run_html(
         groups.append((f"forwarded inside {host}" if many else "",
                        forwarding_findings(host, forwarded, costs)))  # fmt: skip
         sections.append(forwarding_section(host, forwarded, costs))
+    if summary.get("quality"):
+        sections.append(run_quality_html(summary["quality"], esc))
     if model["cpu"]:
         sections.append(
             '<section id="resources"><h2>Resources</h2>'

@@ -321,3 +321,98 @@ def matrix_html(sweep: dict[str, Any], esc: Callable[[str], str]) -> str:
         "one cell's repeats took.</p></section>"
     )
     return "".join(parts)
+
+
+# --- one run ------------------------------------------------------------------------------
+
+
+def _ms(figures: dict[str, Any] | None, key: str = "p50_ms") -> str:
+    value = (figures or {}).get(key)
+    return "-" if not isinstance(value, int | float) else f"{value:+.1f}"
+
+
+def _adapt_text(step: dict[str, Any]) -> str:
+    parts = []
+    for what, label in (("bitrate_kbps", "bitrate"), ("layer", "layer"), ("height", "height")):
+        found = step.get(what) or {}
+        if found.get("changed"):
+            settled = found.get("settled_ms")
+            when = "did not settle" if settled is None else f"{settled:.0f} ms"
+            parts.append(f"{label} {found['before']:g} -> {found['after']:g} in {when}")
+    setting = ", ".join(f"{k}={v}" for k, v in (step.get("set") or {}).items())
+    return f"at {step.get('at_s', 0):g} s ({setting}): " + ("; ".join(parts) or "no change")
+
+
+def run_quality_views(quality: dict[str, Any]) -> list[Any]:
+    """A quality room's figures in a run's terminal report: a table with a row per
+    subscriber, then a line per adaptation step and problem."""
+    if quality.get("error"):
+        return [Text(f"quality: {quality['error']}", style="red")]
+    table = FitTable(title=f"quality of room {quality.get('room')} (publisher "
+                     f"{quality.get('publisher')}; capture skew "
+                     f"{_ms(quality.get('capture_skew_ms'))} ms)", title_justify="left",
+                     header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False,
+                     padding=(0, 1, 0, 0), show_edge=False)  # fmt: skip
+    headers = ("subscriber", "MOS\nViSQOL", "MOS\nPESQ", "height\np50", "fps\np50",
+               "freezes", "layer\nswitches", "A/V skew\nms p50", "added\nms p50",
+               "video\ndelay ms", "audio\ndelay ms")  # fmt: skip
+    for i, header in enumerate(headers):
+        drop = 3 if i == 2 else 2 if i in (9, 10) else None  # PESQ, then the delays
+        table.add_column(header, justify="left" if i == 0 else "right", fold=i == 0, drop=drop)
+    notes = []
+    for name, sub in quality.get("subscribers", {}).items():
+        mos, video = sub.get("mos") or {}, sub.get("video") or {}
+        sync = sub.get("av_sync") or {}
+
+        def num(value: Any, fmt: str = "{:.2f}") -> str:
+            return "-" if not isinstance(value, int | float) else fmt.format(value)
+
+        table.add_row(
+            name, Text(num(mos.get("visqol")), style=mos_style(mos.get("visqol"))),
+            num(mos.get("pesq")), num(video.get("height_p50"), "{:.0f}"),
+            num(video.get("fps_p50"), "{:.0f}"), num(video.get("freezes"), "{:.0f}"),
+            num((sub.get("layers") or {}).get("switches"), "{:.0f}"),
+            _ms(sync.get("skew_ms")), _ms(sync.get("added_ms")),
+            _ms(sync.get("video_delay_ms")).lstrip("+"),
+            _ms(sync.get("audio_delay_ms")).lstrip("+"),
+        )  # fmt: skip
+        notes += [f"{name}: {_adapt_text(step)}" for step in sub.get("adaptation", [])]
+        notes += [f"{name}: {problem}" for problem in sub.get("problems", [])]
+        if mos.get("pesq_note"):
+            notes.append(mos["pesq_note"])
+    table.caption = (
+        "MOS of the steady part (before the first step of its links); A/V: + audio ahead; "
+        "added: its skew less the publisher's capture skew"
+    )
+    table.caption_justify = "left"
+    return [table, *(Text(note) for note in dict.fromkeys(notes))]
+
+
+def run_quality_html(quality: dict[str, Any], esc: Callable[[str], str]) -> str:
+    """A quality room's figures in a run's HTML report."""
+    if quality.get("error"):
+        return f'<section id="quality"><h2>Quality</h2><p>{esc(quality["error"])}</p></section>'
+    rows, notes = [], []
+    for name, sub in quality.get("subscribers", {}).items():
+        mos, video = sub.get("mos") or {}, sub.get("video") or {}
+        sync = sub.get("av_sync") or {}
+        visqol = mos.get("visqol")
+        cells = [
+            esc(name), f'<span style="background:{mos_colour(visqol)}">{esc(str(visqol))}</span>',
+            esc(str(mos.get("pesq"))), esc(str(video.get("height_p50"))),
+            esc(str(video.get("fps_p50"))), esc(str(video.get("freezes"))),
+            esc(str((sub.get("layers") or {}).get("switches"))),
+            esc(_ms(sync.get("skew_ms"))), esc(_ms(sync.get("added_ms"))),
+        ]  # fmt: skip
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        notes += [f"{name}: {_adapt_text(step)}" for step in sub.get("adaptation", [])]
+        notes += [f"{name}: {problem}" for problem in sub.get("problems", [])]
+    head = "".join(f"<th>{h}</th>" for h in ("subscriber", "MOS ViSQOL", "MOS PESQ",
+                   "height", "fps", "freezes", "layer switches", "A/V skew ms",
+                   "added ms"))  # fmt: skip
+    items = "".join(f"<li>{esc(n)}</li>" for n in dict.fromkeys(notes))
+    return (
+        f'<section id="quality"><h2>Quality (room {esc(str(quality.get("room")))})</h2>'
+        f'<table class="stats"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody>'
+        f"</table><ul>{items}</ul></section>"
+    )

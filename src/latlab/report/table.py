@@ -11,6 +11,7 @@ from latlab.report.blackbox import ROWS as BLACK_BOX_ROWS
 from latlab.report.blackbox import estimated_segments, span_text
 from latlab.report.fit import FitTable, emit
 from latlab.report.forwarding import cost_views, forwarding_views
+from latlab.report.quality import run_quality_views
 
 COLUMNS = (
     ("p50", "p50_ms"),
@@ -494,6 +495,8 @@ def _run_parts(summary: dict[str, Any]) -> list[Any]:
         parts.append(blackbox_view(summary))
     if summary.get("forwarding"):
         parts += forwarding_views(summary["forwarding"])
+    if summary.get("quality"):
+        parts += run_quality_views(summary["quality"])
     if summary.get("costs"):
         parts += cost_views(summary["costs"])
     if summary.get("resources", {}).get("processes"):
