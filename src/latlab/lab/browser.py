@@ -464,6 +464,9 @@ class BrowserLab:
             query = {"id": proc.name, **query, "simulcast": "1" if room.simulcast else "0"}
             if room.quality:
                 query["quality"] = "1"  # record what it plays out (quality.js)
+                # a subscriber is ready once it hears audio: a cell whose video does not
+                # get through is measured, not failed
+                query["expect"] = "audio"
             if all(self.scenario.process(p).webrtc for p in room.publishers):
                 query["expect"] = "audio"  # webrtcbin publishers send Opus only
             self.room_urls[proc.name] = f"{self.server_url(proc.host)}/{page}?{urlencode(query)}"
