@@ -405,6 +405,7 @@ def reference_correlation(work: Path, speech: np.ndarray, minutes: float) -> Non
     """``compare`` on speech behind a planted delay through Opus 32k, without and with 1 %
     loss: latency against the planted delay, disruptions, PESQ, speed against reading."""
     from latlab.signal.correlate import compare, pesq_scores
+    from latlab.signal.mos import PESQ_MISSING, pesq_available
 
     sent = speech[: int(minutes * 60 * RATE)]
     planted = 1800
@@ -426,13 +427,16 @@ def reference_correlation(work: Path, speech: np.ndarray, minutes: float) -> Non
         latency = result.latency.latency_s[np.isfinite(result.latency.latency_s)] * 1000
         p1, p50, p99 = np.percentile(latency, [1, 50, 99])
         head = int(60 * RATE)
-        scores = pesq_scores(sent[:head], received[: head + planted], RATE, planted / RATE)
+        if pesq_available():  # an optional extra: pip install -e '.[pesq]'
+            scores = pesq_scores(sent[:head], received[: head + planted], RATE, planted / RATE)
+            pesq = f"PESQ (first minute) nb {scores['nb']:.2f} wb {scores['wb']:.2f}"
+        else:
+            pesq = PESQ_MISSING
         lost = f"{packets.dropped}/{packets.total} packets lost" if packets else "no loss"
         print(
             f"  {lost}: {len(latency)}/{len(result.latency.time_s)} windows matched, latency "
             f"p1 {p1:.3f} p50 {p50:.3f} p99 {p99:.3f} ms; disruptions "
-            f"{result.disruptions.counts() or 'none'}; PESQ (first minute) nb {scores['nb']:.2f} "
-            f"wb {scores['wb']:.2f}; compare took {took:.1f} s = "
+            f"{result.disruptions.counts() or 'none'}; {pesq}; compare took {took:.1f} s = "
             f"{len(received) / RATE / took:.0f}x real time (reading the file: {read_s:.3f} s)"
         )
 
