@@ -2,9 +2,9 @@
 signal, bob's AudioWorklet tap records what he receives (scenarios/webrtc-blackbox.toml).
 
 Capture is timed by Chromium's own trace (one capture call per 10 ms period of the
-file), the recording by the AudioContext's output timestamps. A delay planted on the
-link during the call must move the black box by that much, once NetEq's buffer is
-taken out.
+file), the recording by the AudioContext's output timestamps. The probes follow each
+unit to bob's tap (stitch.browser_receiver): the black box less the probed time is what
+they cannot see, and a delay planted on the link during the call must not move it.
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from latlab.analysis.browser_adaptation import schedule_steps
 from latlab.ingest.browser_records import read_browser_log
 from latlab.ingest.browser_signal import BrowserSignalError, write_recording
+from latlab.ingest.link_events import read_link_logs
 from latlab.lab.runner import run_scenario
 from latlab.lab.scenario import ScenarioError, parse_scenario
 from latlab.pipeline import analyze_run
@@ -33,7 +35,7 @@ SCENARIO = REPO / "scenarios" / "webrtc-blackbox.toml"
 BOB = '[processes.bob]\nhost = "b"\nbrowser = "chromium"'
 STEP_AT_S = 7  # after the link came up: the call has run a few seconds by then
 JITTERBUFFER_TARGET_MS = 60  # bob's NetEq is held here (on this link it settles at 20-40)
-PLAYOUT_PERIOD_MS = 10.0  # NetEq counts its buffer in 10 ms ticks; bob plays 10 ms per pull
+UNEXPLAINED_MOVE_MS = 1.0  # provisional: measured below
 
 
 @pytest.mark.e2e
@@ -94,6 +96,30 @@ def test_recording_keeps_skipped_quanta_as_silence_and_counts_past_a_misread_fra
     assert log["time_ns"] == pytest.approx(expected_ns, abs=1)
 
 
+def test_recording_follows_the_output_where_it_jumped(tmp_path: Path) -> None:
+    """The context's output jumps 37 ms ahead of its frames at 2.5 s (its device
+    glitched; seen in a run: one line through all output timestamps then drifted the
+    black box by 4 ms a second), and one output timestamp is a callback (10 ms) off: the
+    recording's times follow the timestamps piece by piece and leave the odd one out."""
+    records = tmp_path / "bob.jsonl"
+    lines = [{"type": "clock", "srv_monotonic_ns": 10**9, "page_ms": 0.0, "rtt_ms": 0.0}]
+    for step in range(1, 26):
+        context_s = 0.2 * step
+        out_ms = 1000 * context_s + 50 + (37 if context_s > 2.5 else 0)
+        out_ms += 10 if step == 7 else 0  # context 1.4 s: a wrong timestamp
+        lines.append({"type": "output_ts", "context_s": context_s, "out_ms": out_ms})
+    pcm = base64.b64encode(np.zeros(9600, "<i2").tobytes()).decode()
+    context_s = [1.0, 1.3, 2.0, 3.0, 4.0, 5.0]
+    for at in context_s:
+        lines.append({"type": "signal_audio", "frame": round(48000 * at), "rate": 48000,
+                      "pcm": pcm})  # fmt: skip
+    records.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    write_recording(records, tmp_path / "r.wav", tmp_path / "r.parquet")
+    log = pq.read_table(tmp_path / "r.parquet").to_pydict()
+    expected = [1000 * c + 50 + (37 if c > 2.5 else 0) for c in context_s]
+    assert [(t - 10**9) / 1e6 for t in log["time_ns"]] == pytest.approx(expected, abs=1e-3)
+
+
 def test_recording_ends_where_the_tap_restarted(tmp_path: Path) -> None:
     records = tmp_path / "bob.jsonl"
     _recording_records(records, [1024, 1024 + 9600, 512, 512 + 9600])
@@ -128,10 +154,11 @@ def test_every_code_crosses_the_call_and_capture_runs_in_real_time(planted: tupl
     box = summary["blackbox"]
     assert box["codes"]["injected"] >= 50
     assert box["codes"]["matched_to_units"] == box["codes"]["found"]
-    assert box["span"] == {"from": "alice/capture", "to": "bob/receiver-transform"}
-    # the probes end at bob's receiver transform: his jitter buffer, decoding and
-    # playout are time they do not see
-    assert box["unexplained"]["min_ms"] > 10.0
+    assert box["span"] == {"from": "alice/capture", "to": "bob/tap-played-est"}
+    # the probes follow each unit through bob's NetEq, his tap's WebAudio FIFO and its
+    # AudioContext's output: what is left is the resampling in alice's capture path
+    # (0.17 to 0.45 ms in six runs here: docs/signal.md)
+    assert abs(box["unexplained"]["p50_ms"]) <= 5.0
     calls = pq.read_table(run_dir / SIGNAL_DIR / INJECT_LOG).column("time_ns").to_numpy()
     per_call_ms = (calls[-1] - calls[0]) / (len(calls) - 1) / 1e6
     assert per_call_ms == pytest.approx(10.0, rel=1e-3)
@@ -225,30 +252,29 @@ def _per_code(run_dir: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
 @pytest.mark.exclusive
 @lab
 def test_planted_link_delay_moves_the_black_box(planted: tuple) -> None:
-    """The link delay steps up by 30 ms during the call, and the probes see it. The
-    black box also holds NetEq's buffer, which takes up such a step as it likes: in
-    some runs it plays on at the same delay and its buffer shrinks by the 30 ms, in
-    others it stretches time to keep its level. Less the buffer delay NetEq itself
-    reports for the same codes, the black box moves as the probes do, up to what NetEq's
-    stats cannot tell: they count its packet buffer in 10 ms ticks and leave out its
-    sync buffer (decoded audio waiting for the next 10 ms pull), and the playout path
-    may insert a 10 ms chunk no stat reports (once seen, at the step). So the two may
-    differ by up to two 10 ms periods (in seven runs: -1.6 to +9.8 ms; a step down,
-    which makes NetEq speed up, gave -1.3 to +13.0 ms in four). Between NetEq's moves
-    the black box holds still to a fraction of a millisecond."""
+    """The link delay steps up by 30 ms during the call, and the probes see it. NetEq
+    takes up such a step as it likes (in some runs it plays on at the same delay and its
+    buffer shrinks by the 30 ms, in others it stretches time to keep its level), and the
+    probes follow each unit through it: before and after the step the black box less
+    the probed time holds still. A code played while NetEq concealed or stretched audio
+    may be off by up to a stretch (its F accounting places the change within a 200 ms
+    stats interval): the settled halves' medians are compared."""
     run_dir, _ = planted
-    box, probed, buffer, target = _per_code(run_dir)
+    box, probed, _, target = _per_code(run_dir)
     assert np.median(target[len(target) // 2 :]) == pytest.approx(JITTERBUFFER_TARGET_MS, abs=0.5)
     assert np.median(np.abs(np.diff(box))) < 0.1  # 0.012-0.021 ms in eleven runs
-    after = probed > probed.min() + 15.0
+    codes = pq.read_table(run_dir / CODES_FILE).to_pydict()
+    kept = np.asarray(codes["in_window"]) & np.isfinite(np.asarray(codes["probed_ms"], float))
+    kept &= np.isfinite(np.asarray(codes["black_box_ms"], float))
+    inject = np.asarray(codes["inject_ns"], dtype=np.float64)[kept][1:]
+    (step,) = schedule_steps(read_link_logs(run_dir))
+    after = inject > step["t_ns"]
     # settled: the second half of the codes before the step, and of those after it
     before_step, after_step = (np.flatnonzero(side)[side.sum() // 2 :] for side in (~after, after))
     assert len(before_step) >= 4 and len(after_step) >= 10
-    step = {name: np.median(v[after_step]) - np.median(v[before_step])
-            for name, v in (("probed", probed), ("rest", box - buffer - probed))}  # fmt: skip
-    # per code, the probed time also holds alice's encoder, which varies by about 1 ms
-    assert step["probed"] == pytest.approx(30.0, abs=2.0)
-    assert abs(step["rest"]) <= 2 * PLAYOUT_PERIOD_MS + 0.5
+    rest = box - probed
+    moved = np.median(rest[after_step]) - np.median(rest[before_step])
+    assert abs(moved) <= UNEXPLAINED_MOVE_MS
     run = json.loads((run_dir / "run.json").read_text())
     (bob,) = [p["browser"] for p in run["processes"] if p["name"] == "bob"]
     assert bob["jitterbuffer_ms"] == JITTERBUFFER_TARGET_MS

@@ -25,6 +25,7 @@ FRAME_MS = 20.0
 ENCODE_MS = 7.0
 NETWORK_MS = 31.0
 UNPACK_MS = 0.4
+LOOKAHEAD_MS = 6.5
 PAGE_OFFSET_MS = {"alice": 1_700_000_000_000.0, "bob": 1_700_000_000_003.5}  # page - server
 
 
@@ -135,7 +136,9 @@ def test_frames_are_stitched_per_direction_with_known_delays(tmp_path: Path) -> 
     ]
     assert j.unit_ns == 20_000_000
     assert j.counts["lost"] == 1
-    expected = [ENCODE_MS, NETWORK_MS, UNPACK_MS]
+    # capture -> encoded holds Opus's 6.5 ms look-ahead: a frame codes the 6.5 ms before
+    # its RTP time first (its capture is that of its first coded sample)
+    expected = [ENCODE_MS + LOOKAHEAD_MS, NETWORK_MS, UNPACK_MS]
     for seg, ms in zip(stream.segments, expected, strict=True):
         assert seg.stats["p50_ms"] == pytest.approx(ms, abs=0.01)
     assert stream.phases["transport"].stats["p50_ms"] == pytest.approx(NETWORK_MS, abs=0.01)

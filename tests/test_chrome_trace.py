@@ -11,7 +11,7 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from latlab.analysis.browser_functions import function_figures
 from latlab.ingest.browser_records import BrowserFrames, BrowserLog
-from latlab.ingest.chrome_trace import read_chrome_trace
+from latlab.ingest.chrome_trace import SINK_UNDERRUN, read_chrome_trace
 from latlab.ingest.trace_reader import TraceError
 
 MONO_AT_ANCHOR = 5_000_000_000  # CLOCK_MONOTONIC ns when the incremental clock read ANCHOR_US
@@ -94,3 +94,32 @@ def test_not_a_trace_names_the_file(tmp_path: Path) -> None:
     path.write_bytes(b"\xff\x00 this is not a perfetto trace")
     with pytest.raises(TraceError, match=r"junk\.pftrace: not a Perfetto trace"):
         read_chrome_trace(path)
+
+
+def test_arguments_and_instants(tmp_path: Path) -> None:
+    """The renderer's reported output delay (interned argument names) and an instant
+    (the WebAudio sink's underrun) as a slice of no duration."""
+    trace = pb.Trace()
+    _sequence(trace, 1, track=7)
+    names = trace.packet.add(trusted_packet_sequence_id=1)
+    names.interned_data.event_names.add(iid=10, name="WebRtcAudioRenderer::Render")
+    names.interned_data.event_names.add(iid=11, name=SINK_UNDERRUN)
+    names.interned_data.debug_annotation_names.add(iid=1, name="playout_delay (ms)")
+    begin = trace.packet.add(trusted_packet_sequence_id=1, timestamp=100)
+    begin.track_event.type = pb.TrackEvent.TYPE_SLICE_BEGIN
+    begin.track_event.name_iid = 10
+    begin.track_event.debug_annotations.add(name="delay_timestamp (ms)", double_value=5000.25)
+    begin.track_event.debug_annotations.add(name_iid=1, double_value=30.5)
+    _event(trace, 1, 40, pb.TrackEvent.TYPE_SLICE_END)
+    _event(trace, 1, 60, pb.TrackEvent.TYPE_INSTANT, 11)
+    path = tmp_path / "t.pftrace"
+    path.write_bytes(trace.SerializeToString())
+    slices = read_chrome_trace(path)
+    render = slices.of("WebRtcAudioRenderer::Render")
+    assert render.start_ns.tolist() == [MONO_AT_ANCHOR + 100_000]
+    assert (render.arg0[0], render.arg1[0]) == (5000.25, 30.5)
+    assert np.isnan(render.arg2[0])
+    underrun = slices.of(SINK_UNDERRUN)
+    assert underrun.start_ns.tolist() == [MONO_AT_ANCHOR + 200_000]
+    assert underrun.duration_ns.tolist() == [0]
+    assert np.isnan(slices.of(DECODE).arg0).all()

@@ -185,7 +185,13 @@ def check_one_journey_per_direction(out: Path) -> dict[str, dict[str, Any]]:
     assert "bob/dec:src" in {s["to"] for s in to_bob["segments"]}
     hops = [(s["from"], s["to"]) for s in to_alice["segments"]]
     assert hops[0][0] == "bob/src:capture"
-    assert hops[-1] == ("alice/received", "alice/receiver-transform")
+    # after alice's transform her own stages (stitch.browser_receiver): NetEq's decode,
+    # its hand-over to the renderer, Opus's look-ahead (bob's encoder is not followed
+    # into) and her output device
+    assert [to for _, to in hops[-5:]] == [
+        "alice/receiver-transform", "alice/decoded", "alice/rendered-est",
+        "alice/lookahead-est", "alice/played-est",
+    ]  # fmt: skip
     assert "jitter_buffer" in to_alice["intervals"]  # alice's stages after her transform
     assert "jitter_buffer" not in to_bob["intervals"]  # bob is no browser: no getStats
     for stream in (to_bob, to_alice):
@@ -246,6 +252,12 @@ def test_peer_program_crash_is_one_line_naming_it(tmp_path: Path) -> None:
          "processes.bob.jitterbuffer_ms: must be an integer from 0 to 4000, not 5000"),
         ('browser = "chromium"\naudio_caps = "audio/x-raw"',
          "processes.bob: 'audio_caps' does not apply to a browser process"),
+        ('browser = "chromium"\nvideo = 1',
+         "processes.bob.video: must be true or false, not an integer"),
+        ('webrtc = "gstreamer"\nvideo = true',
+         "processes.bob: 'video' does not apply to a webrtc process"),
+        ('webrtc = "gstreamer"\n[signal]\ninject = "bob"\nrecord = "alice"',
+         "signal.inject: 'bob' is a webrtcbin peer, which sends its own tone: it only records"),
     ],
 )  # fmt: skip
 def test_scenario_errors(bob: str, error: str) -> None:
@@ -262,6 +274,20 @@ def test_shipped_scenario_parses() -> None:
     assert bob.webrtc == "gstreamer" and bob.call_peer == "gstreamer webrtcbin"
     call = scenario.call_of("bob")
     assert call is not None and call.between == ("alice", "bob")
+    # the black box: alice's capture plays the signal, bob records off a tee
+    assert scenario.signal is not None
+    assert scenario.signal.record.describe() == {"kind": "gst", "process": "bob"}
+
+
+def test_recording_branch_off_a_tee_before_the_sink() -> None:
+    from latlab.lab.gstpeer import RECV_BIN, recv_bin
+
+    assert recv_bin() == RECV_BIN
+    branch = "queue name=latlab_signal_out ! audioconvert ! wavenc ! filesink location=r.wav"
+    assert recv_bin(branch) == (
+        "rtpopusdepay name=depay ! opusdec name=dec ! audioconvert name=rxconv ! tee name=rxtee"
+        f" ! queue ! fakesink name=sink sync=true rxtee. ! {branch}"
+    )
 
 
 def kill_when_media_flows(out: Path, victim: str, stop: threading.Event) -> None:

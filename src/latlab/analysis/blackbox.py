@@ -598,20 +598,26 @@ def _carrier(
     inject_ns: np.ndarray,
     probes: tuple[Probe | None, Probe | None] = (None, None),
     start_shift_ns: int = 0,
+    inject_process: str = "",
 ) -> tuple[Journeys | None, np.ndarray, tuple[int, int]]:
     """The stream whose capture windows hold the most injection instants, its figures
-    and the span they cover. A stream that plays out is preferred over the one into the
-    recording branch (the same time, but the branch is latlab's)."""
+    and the span they cover. A stream from the injecting process comes first (the other
+    direction of a call has capture windows too); a stream that plays out is preferred
+    over the one into the recording branch (the same time, but the branch is latlab's)."""
     best: tuple[Journeys | None, np.ndarray, tuple[int, int]] = (
         None, np.full(len(inject_ns), np.nan), (0, -1)
     )  # fmt: skip
-    best_key = (0, False)
+    best_key = (False, 0, False)
     for j in journeys:
         if j.media != "audio" or not len(j.times) or (j.times[:, 0] == MISSING).all():
             continue
         span = probed_span(j, probes)
         probed = probed_end_to_end(j, inject_ns, span, start_shift_ns)
-        key = (int(np.isfinite(probed).sum()), not any(SINK_ELEMENT in n for n in j.probe_names))
+        key = (
+            j.probe_names[0].split("/", 1)[0] == inject_process,  # from the injecting end
+            int(np.isfinite(probed).sum()),
+            not any(SINK_ELEMENT in n for n in j.probe_names),
+        )
         if key > best_key:
             best, best_key = (j, probed, span), key
     return best
@@ -649,7 +655,7 @@ def black_box_summary(
         counted &= (inject_ns >= window[0]) & (inject_ns < window[1])
     shift_ns = jack_capture_shift_ns(ends, inject)
     carrier, probed, span = _carrier(
-        journeys, np.where(counted, inject_ns, np.nan), probes, shift_ns
+        journeys, np.where(counted, inject_ns, np.nan), probes, shift_ns, ends.inject_process
     )
     found = delays.found & counted
     matched = found & np.isfinite(probed)

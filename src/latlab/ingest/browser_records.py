@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from latlab.ingest.browser_playout import Playout, read_playout
 from latlab.ingest.chrome_trace import ChromeSlices, find_chrome_trace, read_chrome_trace
 from latlab.ingest.trace_reader import TraceError
 from latlab.rundir import BROWSER_RECORDS_SUFFIX, BROWSERS
@@ -57,6 +58,7 @@ class BrowserLog:
     console: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     functions: ChromeSlices | None = None  # its audio functions' calls (Chromium's trace)
+    playout: Playout = field(default_factory=Playout)  # its receivers' playout records
 
     def stats_counters(self, kind: str, ssrc: int, names: tuple[str, ...]) -> np.ndarray:
         """Rows of (t_ns, *counters) of the ``getStats()`` reports of that type, in time
@@ -98,6 +100,7 @@ def read_browser_log(path: Path) -> BrowserLog:
     log.console = [
         f"{r.get('level', 'log')}: {r.get('text', '')}" for r in by_type.get("console", [])
     ]
+    log.playout = read_playout(by_type, offset)
     log.problems = problems
     trace = find_chrome_trace(path.parent, path.stem)
     if trace is not None:

@@ -9,6 +9,14 @@ decoder, the mixer, the renderer's pull (resampling) and the output device's
 callback. This module turns the trace into columns: per slice its name, thread
 track, start and duration.
 
+It also follows what places each received unit after NetEq (``RECEIVER_EVENTS``,
+``stitch.browser_receiver``): the renderer's calls with the output delay Chromium
+reports for them (``ARGS``), the stats reads (when getStats read NetEq's counters), and,
+where the ``disabled-by-default-mediastream`` category is traced (a page whose tap
+records for the black box), the WebAudio sink's FIFO: each push of a 10 ms block, each
+pull of one (with the underruns it filled with silence) and each 128-frame render
+quantum it fed. An instant event is a slice of no duration.
+
 Perfetto's wire format is read with the ``perfetto`` package's generated protobuf
 classes. Chromium writes timestamps as deltas on a sequence-scoped incremental clock
 (microseconds); a clock snapshot on the sequence anchors it to CLOCK_MONOTONIC,
@@ -17,7 +25,7 @@ which every namespace of the lab shares, so slices land on the run's clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +35,7 @@ from latlab.rundir import TRACES
 
 TRACE_SUFFIX = ".pftrace"
 MONOTONIC = 3  # Perfetto's BUILTIN_CLOCK_MONOTONIC
-SLICE_BEGIN, SLICE_END = 1, 2
+SLICE_BEGIN, SLICE_END, INSTANT = 1, 2, 3
 SEQUENCE_CLEARED = 1  # TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
 
 # The functions followed, by the name of their trace event.
@@ -42,16 +50,47 @@ AUDIO_FUNCTIONS = (
     "WebRtcAudioRenderer::Render",
     "AudioOutputDevice::FireRenderCallback",
 )
+# What places a received unit after NetEq (stitch.browser_receiver).
+STATS_READ = "WebRtcVoiceMediaChannel::GetReceiveStats"
+SINK_PUSH = "WebAudioMediaStreamAudioSink::OnData under lock"  # a block into the FIFO
+SINK_FULL = "WebAudioMediaStreamAudioSink::OnData FIFO full"  # ... dropped instead
+SINK_PULL = "WebAudioMediaStreamAudioSink::ProvideInput 2"  # a block out of it
+SINK_UNDERRUN = "WebAudioMediaStreamAudioSink::ProvideInput underrun"  # ... silence instead
+SINK_QUANTUM = "WebAudioMediaStreamAudioSink::ProvideInput"  # a render quantum it fed
+# The AudioContext's output (the "webaudio" category): per device callback, its
+# request for render quanta (with the device's delay and the frames its FIFO holds),
+# and each quantum rendered.
+CONTEXT_REQUEST = "AudioDestination::RequestRender"
+CONTEXT_QUANTUM = "RealtimeAudioDestinationHandler::Render"
+RECEIVER_EVENTS = (
+    STATS_READ, SINK_PUSH, SINK_FULL, SINK_PULL, SINK_UNDERRUN, SINK_QUANTUM, CONTEXT_REQUEST,
+    CONTEXT_QUANTUM,
+)  # fmt: skip
+FUNCTIONS = AUDIO_FUNCTIONS + RECEIVER_EVENTS
+# The arguments kept (``arg0``, ``arg1``, ``arg2``; NaN where absent), per event name.
+ARGS = {
+    "WebRtcAudioRenderer::Render": ("delay_timestamp (ms)", "playout_delay (ms)"),
+    CONTEXT_REQUEST: ("delay_timestamp (ms)", "playout_delay (ms)", "delay (frames)"),
+}
+NO_ARGS = (np.nan, np.nan, np.nan)
 
 
 @dataclass
 class ChromeSlices:
     """One row per completed slice of a followed function."""
 
-    name: np.ndarray  # int: index into AUDIO_FUNCTIONS
+    name: np.ndarray  # int: index into FUNCTIONS
     track: np.ndarray  # uint64 track (a thread's) uuid
     start_ns: np.ndarray  # CLOCK_MONOTONIC
     duration_ns: np.ndarray
+    arg0: np.ndarray = field(default_factory=lambda: np.zeros(0))  # float: ARGS, else NaN
+    arg1: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    arg2: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def __post_init__(self) -> None:
+        for name in ("arg0", "arg1", "arg2"):
+            if len(getattr(self, name)) != len(self.name):
+                setattr(self, name, np.full(len(self.name), np.nan))
 
     def within(self, start_ns: int, end_ns: int) -> ChromeSlices:
         """The slices that started in [start_ns, end_ns)."""
@@ -60,7 +99,7 @@ class ChromeSlices:
 
     def of(self, function: str) -> ChromeSlices:
         """The slices of one function, in time order."""
-        mask = self.name == AUDIO_FUNCTIONS.index(function)
+        mask = self.name == FUNCTIONS.index(function)
         order = np.argsort(self.start_ns[mask], kind="stable")
         return ChromeSlices(*(getattr(self, f)[mask][order] for f in self.__dataclass_fields__))
 
@@ -144,8 +183,10 @@ class _Sequence:
         self.clock = 0  # the incremental clock's last value, in its units
         self.anchor_ns: int | None = None  # CLOCK_MONOTONIC at its value 0
         self.names: dict[int, str] = {}
+        self.arg_names: dict[int, str] = {}
         self.default_track = 0
-        self.open: dict[int, list[tuple[int, int]]] = {}  # track -> stack of (name, start)
+        # track -> stack of (name, start, its ARGS)
+        self.open: dict[int, list[tuple[int, int, tuple[float, ...]]]] = {}
 
     def time_ns(self, packet: object) -> int | None:
         """The packet's CLOCK_MONOTONIC time (advancing the incremental clock)."""
@@ -170,15 +211,30 @@ class _Sequence:
         self.anchor_ns = monotonic.timestamp - incremental.timestamp * self.unit_ns
 
 
+def _args(event: object, names: dict[int, str], wanted: tuple[str, ...]) -> tuple[float, ...]:
+    """The values of the ``wanted`` debug annotations of an event (NaN where absent),
+    three of them."""
+    values = dict.fromkeys(wanted, np.nan)
+    for note in event.debug_annotations:  # type: ignore[attr-defined]
+        key = note.name or names.get(note.name_iid, "")
+        if key in values:
+            kind = note.WhichOneof("value")
+            if kind in ("double_value", "int_value", "uint_value"):
+                values[key] = float(getattr(note, kind))
+    return (*(values[w] for w in wanted), *NO_ARGS)[:3]
+
+
 def _slices(packets: object) -> ChromeSlices:
     """Pair slice begins and ends per track; keep the followed functions."""
-    wanted = {name: i for i, name in enumerate(AUDIO_FUNCTIONS)}
+    wanted = {name: i for i, name in enumerate(FUNCTIONS)}
     sequences: dict[int, _Sequence] = {}
     rows: list[tuple[int, int, int, int]] = []
+    args: list[tuple[float, ...]] = []
     for packet in packets:  # type: ignore[attr-defined]
         seq = sequences.setdefault(packet.trusted_packet_sequence_id, _Sequence())
         if packet.sequence_flags & SEQUENCE_CLEARED:
             seq.names.clear()
+            seq.arg_names.clear()
         if packet.HasField("trace_packet_defaults"):
             defaults = packet.trace_packet_defaults
             seq.default_clock = defaults.timestamp_clock_id
@@ -188,20 +244,32 @@ def _slices(packets: object) -> ChromeSlices:
             continue
         for entry in packet.interned_data.event_names:
             seq.names[entry.iid] = entry.name
+        for entry in packet.interned_data.debug_annotation_names:
+            seq.arg_names[entry.iid] = entry.name
         t_ns = seq.time_ns(packet) if packet.HasField("timestamp") else None
         if t_ns is None or not packet.HasField("track_event"):
             continue
         event = packet.track_event
         track = event.track_uuid or seq.default_track
         stack = seq.open.setdefault(track, [])
-        if event.type == SLICE_BEGIN:
+        if event.type in (SLICE_BEGIN, INSTANT):
             name = event.name or seq.names.get(event.name_iid, "")
-            stack.append((wanted.get(name, -1), t_ns))
+            index = wanted.get(name, -1)
+            found = _args(event, seq.arg_names, ARGS[name]) if name in ARGS else NO_ARGS
+            if event.type == INSTANT:
+                if index >= 0:
+                    rows.append((index, track, t_ns, 0))
+                    args.append(found)
+            else:
+                stack.append((index, t_ns, found))
         elif event.type == SLICE_END and stack:
-            name_index, start = stack.pop()
+            name_index, start, found = stack.pop()
             if name_index >= 0:
                 rows.append((name_index, track, start, t_ns - start))
+                args.append(found)
     table = np.array(rows, np.int64).reshape(-1, 4) if rows else np.zeros((0, 4), np.int64)
+    values = np.array(args, np.float64).reshape(-1, 3)
     return ChromeSlices(
-        table[:, 0], table[:, 1].astype(np.uint64), table[:, 2].copy(), table[:, 3].copy()
-    )
+        table[:, 0], table[:, 1].astype(np.uint64), table[:, 2].copy(), table[:, 3].copy(),
+        values[:, 0].copy(), values[:, 1].copy(), values[:, 2].copy(),
+    )  # fmt: skip

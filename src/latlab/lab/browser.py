@@ -61,6 +61,10 @@ DEVTOOLS_FLAGS = ("--remote-debugging-port=0",)  # its port: PROFILE/DevToolsAct
 DEVTOOLS_TIMEOUT_S = 10.0  # the close client (lab.devtools), its start-up included
 TRACE_FINISH_S = 5.0  # for Chromium to finish its trace file once asked to close
 TRACE_CATEGORIES = "webrtc,audio"  # the audio functions ingest.chrome_trace follows
+# A page that records its remote audio (the black box) plays it through its tap: the
+# WebAudio sink's FIFO and the AudioContext's render quanta place each sample
+# (stitch.browser_receiver).
+TAP_TRACE_CATEGORIES = "disabled-by-default-mediastream,webaudio"
 CHROMIUM_FLAGS = (
     "--headless=new",
     "--no-sandbox",
@@ -299,14 +303,19 @@ class BrowserLab:
         self.version: str | None = None
         self.captures: dict[str, Path] = {}  # browser -> the file it captures instead
         self.recorders: set[str] = set()  # browsers that record their remote audio
+        self.peer_recorders: dict[str, str] = {}  # a webrtcbin peer's ${signal.sink}
         self.sfus: dict[str, SfuServer] = {}  # the running SFUs rooms meet through
         self.room_urls: dict[str, str] = {}  # a room member's page (its token, once made)
         self.quality: QualityClip | None = None  # a quality room's clip (lab.quality)
 
-    def use_signal(self, captures: dict[str, Path], recorders: set[str]) -> None:
+    def use_signal(
+        self, captures: dict[str, Path], recorders: set[str], peers: dict[str, str] | None = None
+    ) -> None:
         """The black box's browser ends (``[signal]``): who captures the signal file, who
-        records what it receives; before the browsers start."""
+        records what it receives, and a webrtcbin peer that records it (with its
+        ``${signal.sink}`` fragment); before the browsers start."""
         self.captures, self.recorders = dict(captures), set(recorders)
+        self.peer_recorders = dict(peers or {})
 
     @property
     def active(self) -> bool:
@@ -490,6 +499,8 @@ class BrowserLab:
             query["record"] = "1"
         if proc.jitterbuffer_ms is not None:
             query["jitterbuffer_ms"] = str(proc.jitterbuffer_ms)
+        if proc.video:
+            query["video"] = "1"
         return f"{self.server_url(proc.host)}/?{urlencode(query)}"
 
     def _plays_clip(self, proc: Process) -> bool:
@@ -544,8 +555,11 @@ class BrowserLab:
         browsers/traces/NAME/NAME.pftrace (``ingest.chrome_trace``)."""
         trace = chrome_trace_path(self.records_dir, proc.name)
         trace.parent.mkdir(parents=True, exist_ok=True)
+        categories = TRACE_CATEGORIES
+        if proc.name in self.recorders:
+            categories += f",{TAP_TRACE_CATEGORIES}"
         return [
-            f"--trace-startup={TRACE_CATEGORIES}",
+            f"--trace-startup={categories}",
             f"--trace-startup-file={trace}",
             "--trace-startup-duration=0",  # until the browser stops
         ]
@@ -567,9 +581,11 @@ class BrowserLab:
         call = self.scenario.call_of(proc.name)
         assert call is not None
         caller = proc.name == call.caller
+        record = self.peer_recorders.get(proc.name)
         return [*common, "--peer", call.callee if caller else call.caller,
                 "--role", "caller" if caller else "callee",
-                "--ice", self.link_addr(proc)]  # fmt: skip
+                "--ice", self.link_addr(proc),
+                *(["--record", record] if record else [])]  # fmt: skip
 
     def child(self, proc: Process, logs: Path) -> ChildProcess:
         """The (not yet started) browser or webrtcbin peer process for ``proc``."""
@@ -763,6 +779,7 @@ class BrowserLab:
             else None,
             "audio_processing": proc.audio_processing,
             "jitterbuffer_ms": proc.jitterbuffer_ms,
+            "video": proc.video,
             "user_data_dir": str((self.records_dir / PROFILES_DIR / proc.name)
                                  .relative_to(self.run_dir)),
             "records": f"{BROWSERS}/{proc.name}{BROWSER_RECORDS_SUFFIX}",

@@ -9,6 +9,10 @@ Opus call through ``webrtcbin`` (``webrtcbin`` is named ``wb``)::
     wb. ! rtpopusdepay name=depay ! opusdec name=dec ! audioconvert name=rxconv
       ! fakesink name=sink sync=true
 
+With ``--record FRAGMENT`` (the black box records what it receives: the lab's
+``${signal.sink}``) a tee in front of the sink feeds it: ``rxconv ! tee name=rxtee !
+queue ! fakesink ... rxtee. ! FRAGMENT``.
+
 It signals only ICE candidates of ``--ice`` (its host's address on the call's link).
 It sends the page server what the runner waits for: ``hello``, ``state`` (``ice``,
 ``connection``, ``signaling``: webrtcbin's states by their nicks), ``media`` (``side``
@@ -26,7 +30,8 @@ reply, the session's ``Location`` deleted at the end). It sends, and receives no
 
 SIGINT or SIGTERM: EOS into both paths (at the test source, and at the receiver's
 input: webrtcbin's network source never ends), wait until it reached webrtcbin's sink
-pad and the fakesink (at most ``EOS_WAIT_S``), stop, exit 0 (the latlab tracer, when
+pad and the fakesink (and the recording's file, with ``--record``; at most
+``EOS_WAIT_S``), stop, exit 0 (the latlab tracer, when
 loaded, completes its trace at exit). An error of the
 pipeline or of the signalling: one ``error:`` line on stderr, exit 1.
 
@@ -77,6 +82,15 @@ def send_pipeline(audio_caps: str, latency_ms: int, noise: bool = False) -> str:
 
 
 RECV_BIN = "rtpopusdepay name=depay ! opusdec name=dec ! audioconvert name=rxconv ! fakesink name=sink sync=true"  # noqa: E501
+
+
+def recv_bin(record: str = "") -> str:
+    """The receiving half; with ``record`` (the black box's ``${signal.sink}``, given by
+    the lab) a branch off a tee in front of the sink records what it plays."""
+    if not record:
+        return RECV_BIN
+    head = RECV_BIN.rsplit(" ! fakesink", 1)[0]
+    return f"{head} ! tee name=rxtee ! queue ! fakesink name=sink sync=true rxtee. ! {record}"
 
 
 class WebSocketClosed(Exception):
@@ -275,7 +289,7 @@ class Peer:
             return
         caps = pad.get_current_caps()
         self.log(f"receiving {caps.to_string() if caps else 'unknown caps'}")
-        rx = self.rx = self.Gst.parse_bin_from_description(RECV_BIN, True)
+        rx = self.rx = self.Gst.parse_bin_from_description(recv_bin(self.args.record), True)
         rx.set_name("rx")
         self.pipe.add(rx)
         rx.sync_state_with_parent()
@@ -412,6 +426,10 @@ class Peer:
         ends = [("send", self.wb.get_static_pad("sink_0"), self.pipe.get_by_name("src"))]
         if self.rx is not None:
             ends.append(("recv", self.rx.get_by_name("sink").get_static_pad("sink"), self.rx))
+            recorder = next((e for e in self.rx.iterate_recurse() if
+                             e.get_factory().get_name() == "filesink"), None)  # fmt: skip
+            if recorder is not None:  # the recording's file is complete once EOS reached it
+                ends.append(("record", recorder.get_static_pad("sink"), None))
         for side, pad, _ in ends:
             if pad is not None:
                 self.eos_pending.add(side)
@@ -419,7 +437,7 @@ class Peer:
         if not self.eos_pending:
             self.loop.quit()
             return True
-        targets = [e.get_static_pad("sink") if e is self.rx else e for _, _, e in ends]
+        targets = [e.get_static_pad("sink") if e is self.rx else e for _, _, e in ends if e]
         # Sending EOS can block (a source whose streaming thread waits at webrtcbin's
         # blocked sink pad, before negotiation): not on the main loop, which must time out.
         threading.Thread(target=self.send_eos, args=(targets,), daemon=True).start()
@@ -607,6 +625,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ice", required=True, help="the only local address to signal")
     parser.add_argument("--audio-caps", default=DEFAULT_AUDIO_CAPS)
     parser.add_argument("--latency-ms", type=int, default=DEFAULT_LATENCY_MS)
+    parser.add_argument("--record", default="", help="the black box's ${signal.sink}")
     args = parser.parse_args(argv)
     try:
         gst = load_gi()

@@ -132,14 +132,18 @@ class SignalRigRun:
                     f"{READY_TIMEOUT_S:g} s: {child.stderr_summary()}"
                 )
 
-    def browser_ends(self) -> tuple[dict[str, Path], set[str]]:
-        """For ``BrowserLab.use_signal``: the browser that captures the signal file, and
-        the one that records its remote audio."""
+    def browser_ends(self) -> tuple[dict[str, Path], set[str], dict[str, str]]:
+        """For ``BrowserLab.use_signal``: the browser that captures the signal file, the
+        one that records its remote audio, and a webrtcbin peer that records what it
+        receives (its ``${signal.sink}`` fragment)."""
         captures = (
             {self.rig.inject.name: self.dir / SENT_WAV} if self.rig.inject.kind == "browser" else {}
         )
         recorders = {self.rig.record.name} if self.rig.record.kind == "browser" else set()
-        return captures, recorders
+        record = self.rig.record
+        peers = {record.name: self.pipeline_refs()["signal.sink"]} if record.kind == "gst" and \
+            self.scenario.process(record.name).webrtc else {}  # fmt: skip
+        return captures, recorders, peers
 
     def collect(self, records_dir: Path) -> None:
         """After the browsers stopped: the browser ends' timing logs (and the recording).

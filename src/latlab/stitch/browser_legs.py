@@ -9,7 +9,9 @@ browser's leg of the same SSRC:
   traced peer received (the stream's positions are on its RTP clock, ``RtpClock``);
 * sent by the traced peer: the browser's frame arrival and receiver transform come
   after the packets left the peer (or the emulated link); each unit's RTP timestamp
-  is read at the peer's payloader, where media time became RTP time.
+  is read at the peer's payloader, where media time became RTP time; then the
+  browser's own stages (``stitch.browser_receiver``: NetEq, the renderer, the output
+  device) for the unit's last sample.
 
 A unit is ``unit_ms`` of audio (two per 20 ms Opus frame): a unit's capture is its
 frame's capture plus the unit's offset in the frame; the other browser probes are
@@ -25,7 +27,8 @@ import numpy as np
 
 from latlab.ingest.browser_records import BrowserFrames, BrowserLog
 from latlab.ingest.events import EventTable
-from latlab.stitch.browser import take_at
+from latlab.stitch.browser import capture_ns, take_at, with_stages
+from latlab.stitch.browser_receiver import OPUS_LOOKAHEAD, receiver_stages
 from latlab.stitch.journeys import Journeys, clock_rate
 from latlab.stitch.kinds import NETWORK, PROCESSING
 from latlab.stitch.position import MISSING, RtpClock
@@ -45,23 +48,24 @@ def join_browser_legs(
             frames = log.frames.select(log.frames.ssrc == ssrc)
             sent, got = frames.select(frames.send), frames.select(~frames.send)
             if len(sent.t_ns) and j.rtp_clock is not None:
-                j = _after_browser_sender(j, log.process, sent, j.rtp_clock)
+                j = _after_browser_sender(j, log, sent, j.rtp_clock)
             elif len(got.t_ns) and j.rtp_clock is None:
                 unit_rtp = unit_rtp_at_payloader(j, table)
                 if unit_rtp is not None:
-                    j = _before_browser_receiver(j, log.process, got, *unit_rtp)
+                    j = _before_browser_receiver(j, log, got, *unit_rtp)
         out.append(j)
     return out
 
 
 def _after_browser_sender(
-    j: Journeys, browser: str, sent: BrowserFrames, clock: RtpClock
+    j: Journeys, log: BrowserLog, sent: BrowserFrames, clock: RtpClock
 ) -> Journeys:
     """Prepend the sending browser's capture and sender transform."""
+    browser = log.process
     position = clock.position_ns(sent.rtp_ts)
     at_start = _frame_of(position, j.unit_start)
     at_end = _frame_of(position, j.unit_start + j.unit_ns - 1)
-    frame_capture = take_at(sent.capture_ns, at_start)
+    frame_capture = take_at(capture_ns(log, sent), at_start)
     capture = np.where(
         frame_capture != MISSING,  # also where no frame holds the unit
         frame_capture + j.unit_start - take_at(position, at_start),
@@ -78,25 +82,38 @@ def _after_browser_sender(
 
 
 def _before_browser_receiver(
-    j: Journeys, browser: str, got: BrowserFrames, unit_end_rtp: np.ndarray, rate: int
+    j: Journeys, log: BrowserLog, got: BrowserFrames, unit_end_rtp: np.ndarray, rate: int
 ) -> Journeys:
-    """Append the receiving browser's frame arrival and receiver transform."""
+    """Append the receiving browser's frame arrival and receiver transform, and its own
+    stages, for the frame that holds the unit's last sample (the first event covering
+    the unit's end, as everywhere)."""
+    browser = log.process
     known = unit_end_rtp != MISSING
     clock = RtpClock(int(unit_end_rtp[known][0]) if known.any() else 0, rate)
-    at_end = _frame_of(clock.position_ns(got.rtp_ts), clock.position_ns(unit_end_rtp))
-    at_end = np.where(known, at_end, -1)
+    position = clock.position_ns(got.rtp_ts)
+    unit_end = clock.position_ns(unit_end_rtp)
+    at_end = np.where(known, _frame_of(position, unit_end), -1)
+    after = [
+        (f"{browser}/received", take_at(got.receive_ns, at_end)),
+        (f"{browser}/receiver-transform", take_at(got.t_ns, at_end)),
+    ]
+    kinds, klass = [NETWORK, PROCESSING], ["", ""]
+    frame_rtp = take_at(got.rtp_ts, at_end)
+    offset = np.where(at_end >= 0, (unit_end - take_at(position, at_end)) * rate // NS, 0)
+    ssrc = int(j.path.ssrc or 0)  # a traced encoder's look-ahead is counted at the decoder
+    stages = receiver_stages(log, ssrc, False, frame_rtp, got.rtp_ts, offset, OPUS_LOOKAHEAD)
+    columns, names = [t for _, t in after], [n for n, _ in after]
+    with_stages(columns, names, kinds, klass, browser, stages, after[-1][1] >= 0)
     origin = j.probe_names[0].split("/", 1)[0]
     joined = _with_columns(
         j,
-        after=[
-            (f"{browser}/received", take_at(got.receive_ns, at_end)),
-            (f"{browser}/receiver-transform", take_at(got.t_ns, at_end)),
-        ],
-        kinds_after=[NETWORK, PROCESSING],
+        after=list(zip(names, columns, strict=True)),
+        kinds_after=kinds,
+        klass_after=klass,
         stream_id=f"{origin}->{browser} ssrc={j.path.ssrc:08x}",
     )
     left = j.times[:, -1] != MISSING
-    arrived = joined.times[:, -1] != MISSING
+    arrived = joined.times[:, len(j.probe_names) + 1] != MISSING  # its receiver transform
     joined.counts = {**j.counts, "lost": j.counts.get("lost", 0) + int((left & ~arrived).sum())}
     return joined
 
@@ -143,6 +160,7 @@ def _with_columns(
     after: Sequence[tuple[str, np.ndarray]] = (),
     kinds_before: Sequence[str] = (),
     kinds_after: Sequence[str] = (),
+    klass_after: Sequence[str] = (),
 ) -> Journeys:
     """``j`` with browser probes added before and after its own."""
     first = [np.where(t < 0, MISSING, t) for _, t in before]
@@ -158,7 +176,7 @@ def _with_columns(
         times=np.asfortranarray(times),
         threads=np.asfortranarray(threads.astype(np.int32)),
         clock_domains=[BROWSER_CLOCK] * len(first) + j.clock_domains + [BROWSER_CLOCK] * len(last),
-        probe_klass=[""] * len(first) + j.probe_klass + [""] * len(last),
+        probe_klass=[""] * len(first) + j.probe_klass + list(klass_after or [""] * len(last)),
     )
     out.counts = j.counts
     return out

@@ -445,7 +445,8 @@ class PipelineProcess(ProcessKind):
 class BrowserProcess(ProcessKind):
     """A browser in a call: it captures ``audio_file`` (relative to the scenario file;
     default a tone), with its ``audio_processing`` on or off; ``jitterbuffer_ms`` holds
-    its receivers' jitter buffers to a target."""
+    its receivers' jitter buffers to a target; with ``video`` it also sends its fake
+    camera (640x360, 30 frames/s) in a call."""
 
     kind: ClassVar[str] = "browser"
     browser: Annotated[Browser, named(Browser, "browser")]
@@ -453,6 +454,7 @@ class BrowserProcess(ProcessKind):
     audio_processing: Annotated[bool, BOOLEAN] = False
     browser_args: Annotated[tuple[str, ...], FLAGS] = ()
     jitterbuffer_ms: Annotated[int, integer(0, BROWSER_JITTERBUFFER_MAX_MS)] | None = None
+    video: Annotated[bool, BOOLEAN] = False
 
     def build(self, name: str, source: str) -> Process:
         audio_file = None
@@ -466,6 +468,7 @@ class BrowserProcess(ProcessKind):
             audio_processing=self.audio_processing,
             browser_args=self.browser_args,
             jitterbuffer_ms=self.jitterbuffer_ms,
+            video=self.video,
         )
 
 
@@ -724,6 +727,11 @@ class SignalTable(Table):
                 problem = "the browser captures the signal ([signal] inject); leave audio_file out"
                 raise Problem(problem, ("processes", name, "audio_file"), absolute=True)
             return SignalEnd("browser", name)
+        if isinstance(process, WebrtcProcess):
+            if side == "inject":
+                problem = f"'{name}' is a webrtcbin peer, which sends its own tone: it only records"
+                raise Problem(problem, ("signal", side), absolute=True)
+            return SignalEnd("gst", name)  # a branch off a tee before its sink records
         ref = SIGNAL_REFS[side]
         pipeline = process.pipeline if isinstance(process, PipelineProcess) else None
         if not pipeline or pipeline.count("${" + ref + "}") != 1:

@@ -106,7 +106,9 @@ class Process:
     peer (``webrtc = "gstreamer"``: latlab's webrtcbin program) sends a tone of raw caps
     ``audio_caps`` and receives through a jitter buffer of ``jitterbuffer_ms``. In a
     browser, ``jitterbuffer_ms`` is the target its receivers' jitter buffers are held to
-    (``RTCRtpReceiver.jitterBufferTarget``; None: NetEq adapts on its own). ``cost``:
+    (``RTCRtpReceiver.jitterBufferTarget``; None: NetEq adapts on its own); with
+    ``video`` a browser in a call also sends its fake camera and records every video
+    frame it presents. ``cost``:
     count the process's CPU time, context switches and syscalls with perf, idle for
     ``cost_idle_s`` before the processes after it start (its baseline), then under load.
     """
@@ -121,6 +123,7 @@ class Process:
     audio_file: str | None = None
     audio_processing: bool = False
     browser_args: tuple[str, ...] = ()
+    video: bool = False
     webrtc: str = ""
     audio_caps: str = WEBRTC_AUDIO_CAPS
     jitterbuffer_ms: int | None = WEBRTC_JITTERBUFFER_MS
@@ -192,7 +195,8 @@ class SignalEnd:
     """One end of ``[signal]``: a JACK device (``kind="jack"``, ``client`` is the JACK
     client whose ports the rig connects to), a PulseAudio device (``kind="pulse"``: the
     rig plays into its null sink or records its monitor), a GStreamer process
-    (``kind="gst"``, whose pipeline holds ``${signal.source}`` or ``${signal.sink}``) or a
+    (``kind="gst"``, whose pipeline holds ``${signal.source}`` or ``${signal.sink}``; a
+    webrtcbin peer records through ``${signal.sink}`` off a tee before its sink) or a
     browser (``kind="browser"``: it captures the signal file, or records its remote audio)."""
 
     kind: str
