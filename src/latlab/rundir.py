@@ -109,10 +109,76 @@ def read_json(path: Path, schema: str | None = None) -> dict[str, Any]:
     return data
 
 
+NUMBER = (int, float)
+# The types of run.json's fields where present (docs/run-dir.md; None: JSON null). A run
+# directory from elsewhere (another version, damaged, hand-edited) whose run.json has
+# another type is refused in one line naming the field, before anything reads it.
+RUN_FIELDS: dict[str, tuple[type | None, ...]] = {
+    "schema": (str,),
+    "kind": (str,),
+    "name": (str,),
+    "scenario": (str, None),
+    "status": (str,),
+    "error": (str, None),
+    "started_at": (str,),
+    "started_monotonic_ns": (int,),
+    "duration_s": NUMBER,
+    "planned_duration_s": (*NUMBER, None),
+    "measure_start_monotonic_ns": (int, None),
+    "measure_end_monotonic_ns": (int, None),
+    "trace": (bool,),
+    "params": (dict,),
+    "hosts": (dict,),
+    "links": (list,),
+    "captures": (dict,),
+    "costs": (dict,),
+    "loads": (dict,),
+    "sfus": (dict,),
+    "devices": (list,),
+    "processes": (list,),
+    "calls": (list,),
+    "pageserver": (dict, None),
+    "signal": (dict, None),
+    "unit_ms": NUMBER,
+}
+# Fields whose entries (list items or mapping values) are JSON objects.
+RUN_OBJECTS = ("hosts", "links", "captures", "costs", "loads", "sfus", "devices", "processes",
+               "calls")  # fmt: skip
+
+
+def _type_name(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def check_run(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (run.json read from ``path``) if its fields have their types, else
+    RunDirError naming the first field that does not."""
+    for key, types in RUN_FIELDS.items():
+        if key not in data:
+            continue
+        value = data[key]
+        allowed = tuple(t for t in types if t is not None)
+        ok = (value is None and None in types) or (
+            isinstance(value, allowed) and not (isinstance(value, bool) and bool not in allowed)
+        )
+        if isinstance(value, float) and value != value:  # NaN: no duration, no time
+            ok = False
+        if not ok:
+            wanted = " or ".join("null" if t is None else t.__name__ for t in types)
+            raise RunDirError(f"{path}: {key} is {_type_name(value)}, not {wanted}")
+    for key in RUN_OBJECTS:
+        entries = data.get(key)
+        values = entries.values() if isinstance(entries, dict) else entries or []
+        if not all(isinstance(v, dict) for v in values):
+            raise RunDirError(f"{path}: {key} holds something that is not a JSON object")
+    return data
+
+
 def read_run(run_dir: Path) -> dict[str, Any] | None:
-    """run.json of ``run_dir``; None where there is none (a directory of bare traces)."""
+    """run.json of ``run_dir``; None where there is none (a directory of bare traces).
+    RunDirError naming the file when it is not one, or a field has another type."""
     path = Path(run_dir) / RUN_FILE
-    return read_json(path, RUN_SCHEMA) if path.is_file() else None
+    return check_run(path, read_json(path, RUN_SCHEMA)) if path.is_file() else None
 
 
 def analysis_inputs(run_dir: Path) -> list[Path]:

@@ -31,6 +31,7 @@ from latlab.rundir import (
     ANALYSIS_DIR,
     ANALYSIS_MANIFEST,
     ARROW_SUFFIX,
+    SUMMARY_FILE,
     analysis_inputs,
     analysis_stream_file,
 )
@@ -58,6 +59,16 @@ def code_version() -> str:
         digest.update(str(path.relative_to(root)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
+
+
+def summary_digest(run_dir: Path) -> str | None:
+    """The SHA-256 of the run's summary.json as it is on disk (None: none). The store
+    keeps the one it was written with: a summary.json edited, damaged or left by another
+    version makes the store stale (analysed again), never a summary read as it is."""
+    try:
+        return hashlib.sha256((run_dir / SUMMARY_FILE).read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def fingerprint(run_dir: Path) -> dict[str, list[int]]:
@@ -103,6 +114,7 @@ def write(
         "streams": [_describe(s.journeys) for s in streams],
         "processes": processes,
         "threads": [list(t) for t in threads],
+        "summary_sha256": summary_digest(run_dir),  # written just before: kept together
     }
     partial = store / (ANALYSIS_MANIFEST + ".tmp")
     partial.write_text(json.dumps(manifest), encoding="utf-8")
@@ -120,15 +132,19 @@ def current_manifest(
         )
     except (OSError, ValueError):
         return None
-    current = (
-        isinstance(manifest, dict)
-        and manifest.get("schema") == SCHEMA
-        and manifest.get("code_version") == code_version()
-        and manifest.get("unit_ms") == unit_ms
-        and manifest.get("inputs") == fingerprint(run_dir)
-        and [s.get("stream_id") for s in manifest.get("streams", [])]
-        == [s.get("id") for s in summary.get("streams", [])]
-    )
+    try:
+        current = (
+            isinstance(manifest, dict)
+            and manifest.get("schema") == SCHEMA
+            and manifest.get("code_version") == code_version()
+            and manifest.get("unit_ms") == unit_ms
+            and manifest.get("inputs") == fingerprint(run_dir)
+            and manifest.get("summary_sha256") == summary_digest(run_dir)
+            and [s.get("stream_id") for s in manifest.get("streams", [])]
+            == [s.get("id") for s in summary.get("streams", [])]
+        )
+    except (AttributeError, TypeError):  # a damaged store: analysed again
+        return None
     return manifest if current else None
 
 
@@ -146,10 +162,16 @@ def read(run_dir: Path, unit_ms: float, summary: dict[str, Any]) -> Stored | Non
                 zip(manifest["streams"], summary["streams"], strict=True)
             )
         ]
-    except (OSError, KeyError, ValueError, pa.ArrowException):
+        threads = [(int(p), int(t), str(n)) for p, t, n in manifest.get("threads", [])]
+        processes = manifest.get("processes", [])
+        if not isinstance(processes, list) or not all(isinstance(p, dict) for p in processes):
+            return None
+    # A damaged store (summary.json or the manifest edited, cut, from elsewhere): analysed
+    # again, like a stale one.
+    except (OSError, KeyError, IndexError, ValueError, TypeError, AttributeError,
+            OverflowError, pa.ArrowException):  # fmt: skip
         return None
-    threads = [(int(p), int(t), str(n)) for p, t, n in manifest.get("threads", [])]
-    return Stored(streams, manifest.get("processes", []), threads)
+    return Stored(streams, processes, threads)
 
 
 def _stream(store: Path, i: int, description: dict, figures: dict) -> StreamAnalysis:

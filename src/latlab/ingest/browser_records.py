@@ -10,6 +10,7 @@ is the page's offset.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -111,8 +112,41 @@ def read_browser_log(path: Path) -> BrowserLog:
     return log
 
 
+INT64 = (-(2**63), 2**63 - 1)
+MAX_MS = 5e12  # page times: Unix milliseconds (until 2128), so that ns fit int64
+# Per line type, the fields whose type the reader relies on: "int" (an integer within
+# int64), "ms" (a finite number), "list"; a trailing "?" admits null or absence. A line
+# whose field has another type is a damaged line: reported and skipped.
+LINE_FIELDS: dict[str, dict[str, str]] = {
+    "clock": {"srv_monotonic_ns": "int", "page_ms": "ms", "rtt_ms": "ms?"},
+    "frame": {"ssrc": "int?", "rtp_ts": "int?", "seq": "int?", "bytes": "int?",
+              **{name: "ms?" for name in FRAME_FIELDS}},  # fmt: skip
+    "stats": {"t_ms": "ms?", "reports": "list?"},
+    "sync": {"t_ms": "ms?", "sources": "list?"},
+}
+
+
+def _field_problem(line: dict[str, Any]) -> str | None:
+    """Why a line's field cannot be used, or None."""
+    for name, kind in LINE_FIELDS.get(str(line.get("type")), {}).items():
+        value = line.get(name)
+        if value is None and kind.endswith("?"):
+            continue
+        kind = kind.rstrip("?")
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        ok = {
+            "int": number and isinstance(value, int) and INT64[0] <= value <= INT64[1],
+            "ms": number and math.isfinite(value) and abs(value) < MAX_MS,
+            "list": isinstance(value, list) and all(isinstance(v, dict) for v in value),
+        }[kind]
+        if not ok:
+            return f"{name} is {json.dumps(value)[:40]}"
+    return None
+
+
 def parse_lines(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
-    """A records file's JSON objects, and a problem line per line that is not one."""
+    """A records file's JSON objects, and a problem line per line that is not one (or
+    whose fields do not have their types)."""
     lines, problems = [], []
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -124,17 +158,19 @@ def parse_lines(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
         except json.JSONDecodeError:
             problems.append(f"line {number} is not JSON (skipped)")
             continue
-        if isinstance(line, dict):
-            lines.append(line)
-        else:
+        if not isinstance(line, dict):
             problems.append(f"line {number} is not a JSON object (skipped)")
+        elif (problem := _field_problem(line)) is not None:
+            problems.append(f"line {number}: {problem} (skipped)")
+        else:
+            lines.append(line)
     return lines, problems
 
 
 def clock_offset(pings: list[dict[str, Any]]) -> int | None:
     """Median of (server monotonic at the page's receipt) - page time, in ns."""
     offsets = [
-        ping["srv_monotonic_ns"] + ping.get("rtt_ms", 0.0) * 1e6 / 2 - ping["page_ms"] * 1e6
+        ping["srv_monotonic_ns"] + (ping.get("rtt_ms") or 0.0) * 1e6 / 2 - ping["page_ms"] * 1e6
         for ping in pings
         if isinstance(ping.get("srv_monotonic_ns"), int | float)
         and isinstance(ping.get("page_ms"), int | float)

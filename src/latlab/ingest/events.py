@@ -297,7 +297,10 @@ def _read_grouped(path: Path) -> _GroupedTrace | TraceError:
             codes = records.field("pad_id").astype(np.int64)
             codes *= 2
             codes += kind == Kind.DONE
-            probe_codes, probe = _probe_of_events(codes, (kind == Kind.EOS) | is_pes)
+            try:
+                probe_codes, probe = _probe_of_events(codes, (kind == Kind.EOS) | is_pes)
+            except TooManyProbes as exc:
+                raise TraceError(f"{path}: {exc}") from None
             probe[is_pes] = -1
             del codes, kind, is_pes
             order = np.argsort(probe, kind="stable")  # a radix sort on int16
@@ -323,16 +326,47 @@ def group_in_memory(trace: Trace) -> _GroupedTrace:
     return _GroupedTrace(trace, probe_codes, counts, pes)
 
 
+class TooManyProbes(ValueError):
+    """A trace whose events name more pads than a table can number (a damaged file)."""
+
+
 def _probe_of_events(codes: np.ndarray, is_eos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct probe codes (ascending), and each event's probe among them (int16).
 
     An EOS event joins its pad's push probe, or no probe (-1) if the pad pushed nothing.
+    Raises TooManyProbes beyond MAX_TRACE_PROBES.
     """
-    counts = np.bincount(codes[~is_eos])
-    probe_codes = np.flatnonzero(counts)
-    lookup = np.full(len(counts) + 1, -1, np.int16)
-    lookup[probe_codes] = np.arange(len(probe_codes), dtype=np.int16)
-    return probe_codes, lookup[np.minimum(codes, len(counts))]
+    pushed = codes[~is_eos]
+    if not len(codes) or int(codes.max()) <= DENSE_CODES + 4 * len(codes):
+        counts = np.bincount(pushed)
+        probe_codes = np.flatnonzero(counts)
+        _check_probe_count(len(probe_codes))
+        lookup = np.full(len(counts) + 1, -1, np.int16)
+        lookup[probe_codes] = np.arange(len(probe_codes), dtype=np.int16)
+        return probe_codes, lookup[np.minimum(codes, len(counts))]
+    # Codes far apart (a damaged pad id): sort them rather than allocate a table that large.
+    probe_codes = np.unique(pushed)
+    _check_probe_count(len(probe_codes))
+    at = np.searchsorted(probe_codes, codes)
+    found = at < len(probe_codes)
+    found[found] = probe_codes[at[found]] == codes[found]
+    return probe_codes, np.where(found, at, -1).astype(np.int16)
+
+
+# Pad codes (pad id x 2) up to which a dense lookup table is used (the tracer numbers pads
+# from 1); and the probes one trace may have: probe numbers are int16 across a table.
+DENSE_CODES = 1 << 16
+MAX_TRACE_PROBES = 1 << 13
+MAX_TABLE_PROBES = np.iinfo(np.int16).max
+# Thread indices above this are a damaged THREAD chunk's (the tracer numbers them from 1).
+MAX_THREAD_INDEX = 1 << 20
+
+
+def _check_probe_count(count: int) -> None:
+    if count > MAX_TRACE_PROBES:
+        raise TooManyProbes(
+            f"damaged: its events name {count} different pads (more than {MAX_TRACE_PROBES})"
+        )
 
 
 class _TableBuilder:
@@ -372,6 +406,8 @@ class _TableBuilder:
             )
         )
         first_probe = len(self.probes)
+        if first_probe + len(grouped.codes) > MAX_TABLE_PROBES:
+            raise TraceError(f"{trace.path}: too many probes for one table (damaged traces?)")
         self._add_probes(trace, grouped.codes, index, name)
         counts = np.zeros(len(self.probes), np.int64)
         counts[first_probe:] = grouped.counts
@@ -389,7 +425,7 @@ class _TableBuilder:
 
     def _thread_lookup(self, trace: Trace) -> np.ndarray:
         """Global thread index of each of the trace's thread indices (-1 if unknown)."""
-        thread_ids = sorted(trace.threads)
+        thread_ids = sorted(i for i in trace.threads if 0 <= i <= MAX_THREAD_INDEX)
         lookup = np.full(max(thread_ids, default=0) + 2, -1, np.int32)
         lookup[thread_ids] = len(self.threads) + np.arange(len(thread_ids), dtype=np.int32)
         self.threads.extend((len(self.processes) - 1, *trace.threads[i]) for i in thread_ids)

@@ -184,6 +184,8 @@ class EventRecords:
     def _at_every_byte(self, dtype: np.dtype, offset: int = 0) -> np.ndarray:
         """A view whose element i is the value stored at byte ``i + offset`` of the file."""
         count = max(len(self.data) - offset - dtype.itemsize + 1, 0)
+        if count == 0:  # a file too short to hold a record (no offsets point into it)
+            return np.empty(0, dtype)
         return np.ndarray((count,), dtype, buffer=self.data, offset=offset, strides=(1,))
 
 

@@ -55,6 +55,8 @@ def read_wav(path: Path, channel: int = 0) -> Audio:
             rate, data = wavfile.read(path, mmap=False)
     except (ValueError, EOFError, OSError, struct.error) as exc:
         raise SignalError(f"{path}: not a readable WAV file ({exc})") from None
+    except Exception as exc:  # scipy's reader on a damaged file (e.g. no fmt chunk)
+        raise SignalError(f"{path}: not a readable WAV file ({type(exc).__name__})") from None
     if rate < MIN_RATE:
         raise SignalError(
             f"{path}: sample rate {rate} Hz is below {MIN_RATE} Hz; the time codes reach 3.4 kHz"
