@@ -173,7 +173,12 @@ def test_each_frame_is_followed_through_janus_to_every_subscriber(room_run: Path
     for stream in through:
         sub = stream["id"].split("->")[2].split()[0]
         names = [seg["to"] for seg in stream["segments"]]
-        assert names[-3:] == [f"sfu/egress:{sub}", f"{sub}/received", f"{sub}/receiver-transform"]
+        transform = names.index(f"{sub}/receiver-transform")
+        assert names[transform - 2 : transform] == [f"sfu/egress:{sub}", f"{sub}/received"]
+        # then the subscriber's own stages (stitch.browser_receiver)
+        stages = {"audio": ["decoded", "rendered-est", "played-est"],
+                  "video": ["decode-start", "decoded", "presented"]}[stream["media"]]  # fmt: skip
+        assert names[transform + 1 :] == [f"{sub}/{stage}" for stage in stages]
         assert stream["complete_units"] >= 0.95 * stream["units"] > 50
         forwarding = next(seg for seg in stream["segments"] if seg["kind"] == "forwarding")
         assert forwarding["from"] == "sfu/ingress"
@@ -260,8 +265,14 @@ def test_a_traced_publisher_is_followed_through_janus_per_10_ms(tmp_path: Path) 
         [stream] = [s for s in summary["streams"] if s["id"].startswith(f"alice->sfu->{sub} ")]
         names = [seg["to"] for seg in stream["segments"]]
         assert names[0] == "alice/src:src" and "alice/enc:src" in names  # capture, encode
-        assert names[-4:] == ["sfu/ingress", f"sfu/egress:{sub}", f"{sub}/received",
-                              f"{sub}/receiver-transform"]  # fmt: skip
+        transform = names.index(f"{sub}/receiver-transform")
+        assert names[transform - 3 : transform] == ["sfu/ingress", f"sfu/egress:{sub}",
+                                                    f"{sub}/received"]  # fmt: skip
+        # the subscriber's own stages; webrtcbin's encoder is not followed into, so its
+        # Opus look-ahead is counted at the subscriber's decoder
+        assert names[transform + 1 :] == [f"{sub}/{stage}" for stage in
+                                          ("decoded", "rendered-est", "lookahead-est",
+                                           "played-est")]  # fmt: skip
         assert stream["unit"] == "10ms" and stream["complete_units"] >= 0.95 * stream["units"]
         forwarding = next(seg for seg in stream["segments"] if seg["kind"] == "forwarding")
         addr = run_addr(out, host) + ":"

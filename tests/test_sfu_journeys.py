@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from latlab.analysis.sfu_journeys import sfu_journeys
 from latlab.ingest.browser_records import BrowserFrames, BrowserLog
+from latlab.stitch.browser_receiver import OPUS_LOOKAHEAD
 from latlab.stitch.kinds import FORWARDING
 from latlab.stitch.position import MISSING
 
@@ -76,7 +77,10 @@ def test_a_frame_is_followed_from_the_publisher_through_the_sfu_to_the_subscribe
     index = index[index != 30]
     np.testing.assert_array_equal(done[:, 3] - done[:, 2], 0.3 * MS + 0.01 * MS * index)
     np.testing.assert_array_equal(done[:, 4] - done[:, 3], np.full(len(index), MS))
-    np.testing.assert_array_equal(done[:, 1] - done[:, 0], np.full(len(index), 12 * MS))
+    # capture -> sender transform: 12 ms, and Opus's 6.5 ms look-ahead (the frame's first
+    # coded sample was captured that much before its RTP time)
+    lookahead = OPUS_LOOKAHEAD * 1_000_000_000 // 48_000
+    np.testing.assert_array_equal(done[:, 1] - done[:, 0], np.full(len(index), 12 * MS + lookahead))
     assert j.unit_ns == 20 * MS
 
 

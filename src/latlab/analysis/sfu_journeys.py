@@ -11,6 +11,11 @@ journey, per publisher stream (a simulcast layer) and subscriber leg, is::
 
     [PUB/capture] -> PUB/sender-transform -> [link] -> HOST/ingress
       -> HOST/egress:SUB -> [link] -> SUB/received -> SUB/receiver-transform
+      -> [SUB's own stages]
+
+where the subscriber's own stages (``stitch.browser_receiver``: NetEq's decode, the
+renderer and its output device for audio; the frame buffer, the decoder and the
+compositor for video) follow the frame under the leg's SSRC and timestamp.
 
 A publisher traced by latlab's tracer (a webrtcbin peer in the room) has its own
 pipeline's journeys instead, one per 10 ms of audio: :func:`sfu_legs_of_traced`
@@ -18,7 +23,7 @@ extends each with the packet that carried the unit's end (its RTP timestamp read
 payloader) through the SFU and the frame of it the subscriber's transform saw::
 
     pub/src:src -> ... -> pub/nicesink0:sink -> HOST/ingress -> HOST/egress:SUB
-      -> SUB/received -> SUB/receiver-transform
+      -> SUB/received -> SUB/receiver-transform -> [SUB's own stages]
 
 where ``HOST/ingress`` and ``HOST/egress:SUB`` are the first packet of the frame to
 arrive at the SFU host and the first of it to leave for that subscriber (one kernel
@@ -42,8 +47,18 @@ import pyarrow.compute as pc
 from latlab.ingest.browser_records import BrowserFrames, BrowserLog
 from latlab.ingest.counters import unwrap
 from latlab.ingest.events import EventTable
-from latlab.stitch.browser import AUDIO_RATE, RTP_WRAP, VIDEO_RATE, link_columns, lookup, take_at
+from latlab.stitch.browser import (
+    AUDIO_RATE,
+    RTP_WRAP,
+    VIDEO_RATE,
+    capture_ns,
+    link_columns,
+    lookup,
+    take_at,
+    with_stages,
+)
 from latlab.stitch.browser_legs import unit_rtp_at_payloader
+from latlab.stitch.browser_receiver import OPUS_LOOKAHEAD, receiver_stages
 from latlab.stitch.journeys import Journeys
 from latlab.stitch.kinds import FORWARDING, NETWORK, PROCESSING
 from latlab.stitch.paths import StreamPath
@@ -77,6 +92,7 @@ def sfu_journeys(
         return []
     senders = _by_ssrc(logs, send=True)
     receivers = _by_ssrc(logs, send=False)
+    by_name = {log.process: log for log in logs}
     out = []
     keys = np.unique(_columns(matched, "ssrc", "source_ssrc").T, axis=0)
     for egress_ssrc, source_ssrc in keys:
@@ -88,7 +104,7 @@ def sfu_journeys(
         )  # fmt: skip
         for host in set(rows.column("host").to_pylist()):
             leg = _leg(rows.filter(pc.equal(rows.column("host"), host)), host)
-            journeys = _journeys(senders[source_ssrc], receivers[egress_ssrc], leg, table)
+            journeys = _journeys(senders[source_ssrc], receivers[egress_ssrc], leg, table, by_name)
             if journeys is not None:
                 out.append(journeys)
     return out
@@ -105,6 +121,7 @@ def sfu_legs_of_traced(
         return []
     matched = forwarded.filter(pc.equal(forwarded.column("status"), "matched"))
     receivers = _by_ssrc(logs, send=False)
+    by_name = {log.process: log for log in logs}
     longest: dict[int, Journeys] = {}
     for j in journeys:
         ssrc = j.path.ssrc
@@ -124,16 +141,23 @@ def sfu_legs_of_traced(
             leg_rows = rows.filter(pc.equal(rows.column("ssrc"), int(egress_ssrc)))
             for host in set(leg_rows.column("host").to_pylist()):
                 leg = _leg(leg_rows.filter(pc.equal(leg_rows.column("host"), host)), host)
-                extended = _traced_leg(j, unit_rtp[0], leg, receivers[int(egress_ssrc)])
+                receiver = receivers[int(egress_ssrc)]
+                extended = _traced_leg(j, unit_rtp[0], leg, receiver, by_name[receiver[0]])
                 if extended is not None:
                     out.append(extended)
     return out
 
 
 def _traced_leg(
-    j: Journeys, unit_end_rtp: np.ndarray, leg: _Leg, receiver: tuple[str, BrowserFrames]
+    j: Journeys,
+    unit_end_rtp: np.ndarray,
+    leg: _Leg,
+    receiver: tuple[str, BrowserFrames],
+    log: BrowserLog,
 ) -> Journeys | None:
-    """``j`` continued through ``leg``: the packet (frame) holding each unit's end."""
+    """``j`` continued through ``leg``: the packet (frame) holding each unit's end, then
+    the subscriber's own stages for the unit's last sample (the publisher's encoder is
+    not followed into: its look-ahead is counted at the subscriber's decoder)."""
     sub, got = receiver
     order = np.argsort(leg.source_ts, kind="stable")
     ts = leg.source_ts[order]
@@ -147,14 +171,21 @@ def _traced_leg(
     at_sub = np.where(packet >= 0, lookup(got.rtp_ts, take_at(leg.egress_ts, packet)), -1)
     columns = [take_at(leg.ingress_ns, packet), take_at(leg.egress_ns, packet),
                take_at(got.receive_ns, at_sub), take_at(got.t_ns, at_sub)]  # fmt: skip
+    names = [f"{leg.host}/ingress", f"{leg.host}/egress:{sub}", f"{sub}/received",
+             f"{sub}/receiver-transform"]  # fmt: skip
+    kinds, klass = [NETWORK, FORWARDING, NETWORK, PROCESSING], [""] * 4
+    frame_ts = take_at(leg.egress_ts, packet)
+    offset = np.where(packet >= 0, unit_end_rtp - take_at(leg.source_ts, packet), 0)
+    stages = receiver_stages(log, int(got.ssrc[0]), False, frame_ts, got.rtp_ts, offset,
+                             OPUS_LOOKAHEAD)  # fmt: skip
+    with_stages(columns, names, kinds, klass, sub, stages, columns[3] >= 0)
     times = np.column_stack([j.times, *columns]).astype(np.int64)
     times = np.where(times < 0, MISSING, times)
-    reached = np.flatnonzero(times[:, -1] != MISSING)
+    transformed = len(j.probe_names) + 3
+    reached = np.flatnonzero(times[:, transformed] != MISSING)
     if not len(reached):
         return None
     rows = slice(reached[0], reached[-1] + 1)
-    names = [f"{leg.host}/ingress", f"{leg.host}/egress:{sub}", f"{sub}/received",
-             f"{sub}/receiver-transform"]  # fmt: skip
     unknown = np.full((len(times), len(names)), MISSING, np.int32)
     layer = f" layer {leg.layer}" if leg.layer >= 0 else ""
     origin = j.probe_names[0].split("/", 1)[0]
@@ -162,13 +193,13 @@ def _traced_leg(
         j,
         stream_id=f"{origin}->{leg.host}->{sub} ssrc={j.path.ssrc:08x}{layer}",
         probe_names=[*j.probe_names, *names],
-        segment_kinds=[*j.segment_kinds, NETWORK, FORWARDING, NETWORK, PROCESSING],
+        segment_kinds=[*j.segment_kinds, *kinds],
         unit_start=j.unit_start[rows],
         times=np.asfortranarray(times[rows]),
         threads=np.asfortranarray(np.column_stack([j.threads, unknown])[rows]),
         clock_domains=[*j.clock_domains, *([BROWSER_CLOCK] * len(names))],
-        probe_klass=[*j.probe_klass, *([""] * len(names))],
-        counts=_counts(times[rows]),
+        probe_klass=[*j.probe_klass, *klass],
+        counts=_counts(times[rows], transformed),
         extra={k: v[rows] for k, v in j.extra.items()},
         unit_bytes=None if j.unit_bytes is None else j.unit_bytes[rows],
         unit_keyframe=None if j.unit_keyframe is None else j.unit_keyframe[rows],
@@ -215,6 +246,7 @@ def _journeys(
     receiver: tuple[str, BrowserFrames],
     leg: _Leg,
     table: EventTable | None,
+    logs: dict[str, BrowserLog],
 ) -> Journeys | None:
     (pub, sent), (sub, got) = sender, receiver
     order = np.argsort(unwrap(sent.rtp_ts, RTP_WRAP), kind="stable")
@@ -233,8 +265,9 @@ def _journeys(
     egress_ts = leg.egress_ts[at_sfu]
     at_sub = lookup(got.rtp_ts, egress_ts)
     columns, names, kinds = [sent.t_ns], [f"{pub}/sender-transform"], []
-    if (sent.capture_ns != MISSING).any():  # Chromium gives no capture time for video
-        columns.insert(0, sent.capture_ns)
+    capture = capture_ns(logs.get(pub), sent)
+    if (capture != MISSING).any():  # Chromium gives no capture time for video
+        columns.insert(0, capture)
         names.insert(0, f"{pub}/capture")
         kinds.append(PROCESSING)
     for name, times in link_columns(table, int(sent.ssrc[0]), sent.rtp_ts):
@@ -251,11 +284,16 @@ def _journeys(
     columns += [take_at(got.receive_ns, at_sub), take_at(got.t_ns, at_sub)]
     names += [f"{sub}/received", f"{sub}/receiver-transform"]
     kinds += [NETWORK, PROCESSING]
+    klass = [""] * len(names)
+    if sub in logs:
+        stages = receiver_stages(logs[sub], int(got.ssrc[0]), not audio, egress_ts, got.rtp_ts)
+        with_stages(columns, names, kinds, klass, sub, stages, columns[-1] >= 0)
+    transformed = names.index(f"{sub}/receiver-transform")
     times = np.column_stack(columns).astype(np.int64)
     times = np.where(times < 0, MISSING, times)
     # as everywhere: units before the subscriber recorded or still in flight at the end
     # are left out, every loss in between counts
-    reached = np.flatnonzero(times[:, -1] != MISSING)
+    reached = np.flatnonzero(times[:, transformed] != MISSING)
     if not len(reached):
         return None
     rows = slice(reached[0], reached[-1] + 1)
@@ -272,13 +310,13 @@ def _journeys(
         times=np.asfortranarray(times),
         threads=np.full(times.shape, MISSING, np.int32, order="F"),
         clock_domains=[BROWSER_CLOCK] * len(names),
-        counts=_counts(times),
-        probe_klass=[""] * len(names),
+        counts=_counts(times, transformed),
+        probe_klass=klass,
         unit_is_frame=True,
     )
 
 
-def _counts(times: np.ndarray) -> dict[str, int]:
+def _counts(times: np.ndarray, transformed: int) -> dict[str, int]:
     """Forwarded frames that never reached the subscriber's transform."""
-    return {"lost": int((times[:, -1] == MISSING).sum()), "late": 0, "duplicated": 0,
-            "reordered": 0}  # fmt: skip
+    return {"lost": int((times[:, transformed] == MISSING).sum()), "late": 0,
+            "duplicated": 0, "reordered": 0}  # fmt: skip

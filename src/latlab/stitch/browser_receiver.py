@@ -75,7 +75,7 @@ OPUS_LOOKAHEAD = 312  # samples at 48 kHz: libopus's 2.5 ms + 4 ms of delay comp
 QUANTUM = 128  # a WebAudio render quantum
 NS = 1_000_000_000
 ANCHOR_WINDOW_NS = (-2_000_000, 4_000_000)  # decode - source entry (whole ms, floored)
-STATS_READ_WITHIN_NS = 100_000_000  # a getStats call's read of NetEq's counters
+STATS_READ_WITHIN_NS = 50_000_000  # a getStats call's read of NetEq's counters
 MS_CENTRE_NS = 500_000
 COUNTERS = (
     "jitterBufferEmittedCount",
@@ -229,9 +229,13 @@ def _future(lane: _Lane, log: BrowserLog, ssrc: int, frame_samples: int) -> np.n
     if trace is None or not len(rows) or not n:
         return out
     reads = trace.of(STATS_READ).start_ns
-    at = np.searchsorted(reads, rows[:, 0])
-    found = at < len(reads)
-    found[found] &= reads[at[found]] - rows[found, 0] < STATS_READ_WITHIN_NS
+    if not len(reads):
+        return out
+    # the read nearest the page's sample (the call page stamps it before its getStats
+    # call, the room pages after theirs)
+    at = np.clip(np.searchsorted(reads, rows[:, 0]), 1, max(len(reads) - 1, 1))
+    at = np.where(np.abs(reads[at] - rows[:, 0]) < np.abs(reads[at - 1] - rows[:, 0]), at, at - 1)
+    found = np.abs(reads[at] - rows[:, 0]) < STATS_READ_WITHIN_NS
     rows, read_ns = rows[found], reads[at[found]]
     if not len(rows):
         return out
