@@ -19,14 +19,14 @@ instant: ``lo <= theta(t) <= hi``. Every source gives such intervals:
   = theta + d >= theta``, one from B to A ``t_A - t_B = d' - theta``; the lowest of each
   in a short window pair up like one exchange.
 
-The fit (:func:`fit_intervals`) keeps, per window, the observation with the narrowest
-interval (minimum-delay filtering), fits offset and drift through their midpoints
-(weighted least squares), and states as bound the largest ``|residual| + half width``
-over the kept observations. Both the truth and the fit are straight lines, so their
-difference is largest at an end of the span: the bound holds over the whole span (and is
-never less than half the round trip of any observation used). Beyond the span it grows
-with twice the bound over the span per unit of time (:meth:`ClockFit.bound_at`).
-Drift's own bound is twice the bound over the span's length.
+The fit (:func:`fit_intervals`) keeps, per window (2 s; shorter in a short run), the
+observation with the narrowest interval (minimum-delay filtering), fits offset and drift
+through their midpoints (weighted least squares), and states as bound the largest
+``|residual| + half width`` over the kept observations. Both the truth and the fit are
+straight lines, so their difference is largest at an end of the span: the bound holds
+over the whole span (and is never less than half the round trip of any observation
+used). Beyond the span it grows with twice the bound over the span per unit of time
+(:meth:`ClockFit.bound_at`). Drift's own bound is twice the bound over the span's length.
 
 This module is columnar (numpy over observations); it reads nothing. The clock logs are
 read by :mod:`latlab.ingest.clock_log`; alignment is applied to journeys in
@@ -41,8 +41,12 @@ from typing import Any
 
 import numpy as np
 
-# Observations are grouped into windows of this length; the narrowest of each is kept.
+# Observations are grouped into windows of this length (at most; a short run gets shorter
+# ones, down to MIN_WINDOW_NS, so that it still has WINDOWS_WANTED); the narrowest of
+# each is kept.
 WINDOW_NS = 2_000_000_000
+MIN_WINDOW_NS = 500_000_000
+WINDOWS_WANTED = 16
 # A window whose narrowest observation is wider than this many times the 10th percentile
 # of the windows' narrowest (and 10 us more) is left out: a busy moment, not the path.
 OUTLIER_FACTOR = 1.5
@@ -176,9 +180,11 @@ class SourceResult:
 
 
 def fit_intervals(
-    obs: Intervals, a: str, b: str, source: str, window_ns: int = WINDOW_NS
+    obs: Intervals, a: str, b: str, source: str, window_ns: int | None = None
 ) -> SourceResult:
-    """Offset and drift of B against A from interval observations (see the module doc)."""
+    """Offset and drift of B against A from interval observations (see the module doc);
+    ``window_ns``: the minimum-delay filter's window (default: 2 s, shorter for a run of
+    less than 32 s)."""
     t = np.asarray(obs.t, np.int64)
     lo = np.asarray(obs.lo, np.float64)
     hi = np.asarray(obs.hi, np.float64)
@@ -188,6 +194,9 @@ def fit_intervals(
         return SourceResult(source, None, "no observations")
     half = (hi - lo) / 2
     mid = (hi + lo) / 2
+    if window_ns is None:
+        span = int(t.max() - t.min())
+        window_ns = min(WINDOW_NS, max(MIN_WINDOW_NS, span // WINDOWS_WANTED))
     keep = _narrowest_per_window(t, half, window_ns)
     keep = _near_the_minimum(keep, t, half)
     if len(keep) < MIN_WINDOWS or t[keep].max() == t[keep].min():
