@@ -318,3 +318,16 @@ def test_record_samples_its_clock_and_names_its_domain(tmp_path: Path) -> None:
     assert bad.stderr.strip().splitlines() == [
         "latlab: error: record: --clock-peer 'nowhere': not ADDRESS:PORT (a port from 1 to 65535)"
     ]
+
+
+def test_a_standing_lab_refuses_hosts_with_their_own_clocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from latlab.lab.standing import StandingLabError, lab_up
+
+    monkeypatch.setenv("LATLAB_STATE_DIR", str(tmp_path / "state"))
+    scenario = tmp_path / "clocks.toml"
+    scenario.write_text('name = "c"\nduration_s = 1\n[hosts.tx]\nclock = { offset_ms = 5 }\n'
+                        "[hosts.rx]\n")  # fmt: skip
+    with pytest.raises(StandingLabError, match="tx have their own clocks"):
+        lab_up(scenario, tmp_path / "out")

@@ -384,6 +384,7 @@ class Lab:
         run_dir = self.run_dir or Path(tempfile.mkdtemp(prefix="llab-capture-"))
         capture = Capture(host, self.namespace(host), run_dir,
                           self.exited or threading.Event())  # fmt: skip
+        capture.child.argv[4:4] = self.clocks.prefix(host)  # the host's clock, if its own
         self.captures.append(capture)
         try:
             capture.start(os.environ)

@@ -105,6 +105,12 @@ def lab_up(scenario_file: Path, out_dir: Path | None = None) -> dict[str, Any]:
             f"{', '.join(current['hosts'])}); remove it first: latlab lab down"
         )
     scenario = load_scenario(scenario_file, processes_required=False)
+    planted = [host.name for host in scenario.hosts if host.clock is not None]
+    if planted:  # `lab exec` and `lab down` would not keep or free their time namespaces
+        raise StandingLabError(
+            f"{scenario_file}: hosts {', '.join(planted)} have their own clocks (clock = ...): "
+            "run the scenario with latlab run; a standing lab keeps the machine's clock"
+        )
     out_dir = out_dir or Path("runs") / f"lab-{datetime.now():%Y%m%d-%H%M%S}"
     out_dir.mkdir(parents=True, exist_ok=True)
     cleanup_stale()
