@@ -33,9 +33,13 @@ from tests.test_browser_lab import lab
 REPO = Path(__file__).resolve().parents[1]
 SCENARIO = REPO / "scenarios" / "webrtc-blackbox.toml"
 BOB = '[processes.bob]\nhost = "b"\nbrowser = "chromium"'
-STEP_AT_S = 7  # after the link came up: the call has run a few seconds by then
+# of link time: the measured 12 s start when both pages are ready, 4-9 s after the link
+# came up (9 on a loaded machine), so codes come on both sides of the step
+STEP_AT_S = 12
 JITTERBUFFER_TARGET_MS = 60  # bob's NetEq is held here (on this link it settles at 20-40)
-UNEXPLAINED_MOVE_MS = 1.0  # provisional: measured below
+# black box less probed, the settled codes after the step less those before: 0.01 ms in a
+# run where NetEq grew its buffer by 13 ms with the 30 ms step (0.24 to 0.42 ms throughout)
+UNEXPLAINED_MOVE_MS = 1.0
 
 
 @pytest.mark.e2e
@@ -134,6 +138,7 @@ def planted(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
         pytest.skip("network namespaces need root")
     text = (
         SCENARIO.read_text(encoding="utf-8")
+        .replace("duration_s = 10", "duration_s = 20")  # the step's time is checked against it
         .replace(
             "delay_ms = 30",
             f"delay_ms = 5\n\n[[links.schedule]]\nat_s = {STEP_AT_S}\ndelay_ms = 35",

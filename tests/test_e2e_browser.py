@@ -2,7 +2,8 @@
 
 Two headless Chromium peers in namespaces, the real page server and link emulator.
 Each frame is followed by its SSRC and RTP timestamp from alice's sender transform,
-over the emulated link, to bob's receiver transform.
+over the emulated link, to bob's receiver transform, and through his NetEq to his
+output device.
 """
 
 from __future__ import annotations
@@ -53,3 +54,16 @@ def test_planted_link_delay_lands_in_send_and_network(tmp_path: Path) -> None:
         assert functions["capture_interval"]["p50_ms"] == pytest.approx(10.0, abs=0.5)
         assert functions["playout_interval"]["p50_ms"] == pytest.approx(10.0, abs=0.5)
         assert 0 < functions["decode"]["p50_ms"] < functions["render_pull"]["p99_ms"] < 10
+        # past the receiver transform, per unit (stitch.browser_receiver): NetEq's decode
+        # and its buffer, then the output device; network is the link and the stacks
+        receiver = direction.split("->")[1]
+        assert [s["to"] for s in stream["segments"][-3:]] == [
+            f"{receiver}/decoded", f"{receiver}/rendered-est", f"{receiver}/played-est"
+        ]  # fmt: skip
+        kinds = stream["kinds"]
+        assert set(kinds) == {"processing", "network", "jitterbuffer", "playout"}
+        # the link plus pacer, SRTP and sockets: 40.3-40.6 ms here (a 40 ms link)
+        assert kinds["network"]["p50_ms"] == pytest.approx(40.0, abs=2.0)
+        assert kinds["jitterbuffer"]["p50_ms"] > 5.0  # NetEq holds at least a packet
+        # Chromium reports a 30 ms output delay for its fake output device (per call)
+        assert kinds["playout"]["p50_ms"] == pytest.approx(30.0, abs=1.0)

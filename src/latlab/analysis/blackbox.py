@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -343,6 +343,12 @@ def _decoded(
             f"{path}: recorded at {audio.rate} Hz, but its timing ({log.path}) is at {log.rate} Hz"
         )
     found = decode(audio.samples, audio.rate)
+    # a code found twice (a capture device that looped the file): its first is the one
+    first = np.unique(found.index, return_index=True)[1]
+    found = replace(
+        found,
+        **{k: getattr(found, k)[first] for k in ("index", "time_s", "confidence", "inferred")},
+    )
     at = np.full(len(sent_index), np.nan)
     position = np.full(len(sent_index), np.nan)
     confidence = np.zeros(len(sent_index))

@@ -72,10 +72,13 @@ class SignalRigRun:
         """Write the signal (``signal/sent.wav`` and its codes); before the processes start.
 
         A GStreamer source plays it from its pipeline's start and ends the pipeline
-        when it ends, so it lasts past the run's stop.
+        when it ends, and a browser's fake capture device plays it from its
+        ``getUserMedia`` and loops it when it ends (the codes of the file's start came
+        round again in a run whose call took 8 s to set up), so for both it lasts past
+        the run's stop.
         """
         self.dir.mkdir(parents=True, exist_ok=True)
-        margin = RECORD_MARGIN_S if self.rig.inject.kind == "gst" else 0.0
+        margin = RECORD_MARGIN_S if self.rig.inject.kind in ("gst", "browser") else 0.0
         options = GenerateOptions(
             out=self.dir / SENT_WAV,
             duration_s=float(self.scenario.duration_s) + LEAD_S + margin,

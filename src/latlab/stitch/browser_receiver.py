@@ -86,7 +86,9 @@ COUNTERS = (
 )
 GET_AUDIO, DECODE, MIX = "NetEqImpl::GetAudio", "AudioDecoder::Decode", "AudioMixerImpl::Mix"
 RENDER = "WebRtcAudioRenderer::Render"
-AUDIO_KLASS, VIDEO_KLASS = "Codec/Decoder/Audio", "Codec/Decoder/Video"
+# A video frame's decoder output splits the receiver phase into buffer, decode and render;
+# NetEq decodes inside its buffer, so an audio path has no such split.
+VIDEO_KLASS = "Codec/Decoder/Video"
 
 
 @dataclass
@@ -329,7 +331,7 @@ def _audio(
         return np.where(placed, lane.calls_ns[out_call] + within * NS // RATE, MISSING)
 
     placed, out_call, within = output(ahead)
-    stages.append(Stage("rendered-est", JITTERBUFFER, AUDIO_KLASS, at(placed, out_call, within)))
+    stages.append(Stage("rendered-est", JITTERBUFFER, "", at(placed, out_call, within)))
     if codec_delay:
         placed, out_call, within = output(ahead + codec_delay)
         stages.append(Stage("lookahead-est", PROCESSING, "", at(placed, out_call, within)))
