@@ -43,6 +43,7 @@ from latlab.signal.timecode import decode
 from latlab.signal.wavio import read_wav
 
 SETTLE_S = 1.0  # the recording's first second after the window opened is left out
+MIN_STEADY_S = 4.0  # a steady part shorter than this has no MOS (a chunk needs 3 s)
 LAYER_BIN_NS = 100_000_000
 LEVEL_WINDOW_NS = 1_000_000_000  # the level a series settled at: its last second
 BASELINE_WINDOW_NS = 2_000_000_000
@@ -100,8 +101,16 @@ def quality_summary(
         entry["steady_s"] = (
             None if None in steady else round((steady[1] - steady[0]) / 1e9, 3)  # type: ignore[operator]
         )
-        entry["mos"] = _mos(reference, mine, steady, entry["problems"])
-        entry["video"] = _video_figures(_video_series(stats.get(name), steady))
+        if entry["steady_s"] is not None and entry["steady_s"] < MIN_STEADY_S:
+            entry["problems"].append(
+                f"{name}: {entry['steady_s']:g} s before its link's first step (the room met "
+                "late): no MOS or video figures of the steady part"
+            )
+            entry["mos"] = {"visqol": None, "pesq": None, "chunks": []}
+            entry["video"] = {"samples": 0}
+        else:
+            entry["mos"] = _mos(reference, mine, steady, entry["problems"])
+            entry["video"] = _video_figures(_video_series(stats.get(name), steady))
         series = _video_series(stats.get(name), window)
         layers = _layers(forwarded, addrs.get(_host_of(meta, name), set()), window)
         entry["layers"] = _layer_figures(layers)
@@ -114,13 +123,16 @@ def quality_summary(
 
 
 def steady_window(window: tuple, steps: list[dict]) -> tuple:
-    """The measured window up to the first link schedule step inside it: the MOS and the
-    video figures are of the steady part (the steps are the adaptation's)."""
+    """The measured window up to the first link schedule step: the MOS and the video
+    figures are of the steady part (the steps are the adaptation's). A step before the
+    window opened (the room took longer to meet) leaves no steady part: (start, start)."""
     start, end = window
-    inside = [s["t_ns"] for s in steps if (start is None or s["t_ns"] > start)]
-    if inside and (end is None or min(inside) < end):
-        return start, min(inside)
-    return start, end
+    if not steps:
+        return start, end
+    first = min(s["t_ns"] for s in steps)
+    if start is not None and first <= start:
+        return start, start
+    return start, first if end is None else min(end, first)
 
 
 # --- MOS ---------------------------------------------------------------------------------
