@@ -81,7 +81,7 @@ def test_the_reduced_matrix_measures_every_figure_per_cell(matrix: tuple[Path, s
         assert cell["height_p50"] in (180, 360, 720), point["name"]
         assert cell["fps_p50"] is not None and cell["fps_p50"] > 0, point["name"]
         assert cell["layer_switches"] is not None
-        assert len(cell["adaptation"]) == 2  # the step down at 32 s and up at 40 s
+        assert len(cell["adaptation"]) == 2  # the step down at 30 s and up at 38 s
         assert cell["av_added_ms"] is not None
         # what the browsers themselves add is a few frames at most: |p50| under 200 ms
         assert abs(cell["av_added_ms"]) < 200, point["name"]
@@ -103,7 +103,7 @@ def test_the_html_matrix_links_each_cell_to_its_run(matrix: tuple[Path, str]) ->
 
 PROOF = """
 name = "quality-proof"
-duration_s = 36
+duration_s = 40
 [hosts.sfu]
 capture = true
 [hosts.pub]
@@ -117,10 +117,10 @@ between = ["sfu", "s1"]
 rate_kbit = 5000
 queue_ms = 200
 [[links.schedule]]
-at_s = 32
+at_s = 30
 rate_kbit = 250
 [[links.schedule]]
-at_s = 40
+at_s = 38
 rate_kbit = 5000
 [[links]]
 between = ["sfu", "s2"]
@@ -201,13 +201,13 @@ def test_the_planted_av_offset_is_seen_and_not_counted_as_added(proof: dict) -> 
 
 @pytest.mark.timeout(480)
 def test_adaptation_is_timed_from_the_step_the_link_logged(proof: dict) -> None:
-    """bob's link steps from 5000 to 250 kbit/s 32 s after it started (the link's log
-    has the origin; four browsers take 11 to 20 s to meet) and back at 40 s: his
+    """bob's link steps from 5000 to 250 kbit/s 30 s after it started (the link's log
+    has the origin; four browsers take 11 to 20 s to meet) and back at 38 s: his
     received bitrate falls under the cap and settles after the step, within its
     interval; the other subscribers' links had no step, so they have no adaptation."""
     subs = proof["quality"]["subscribers"]
     down, up = subs["bob"]["adaptation"]
-    assert (down["at_s"], up["at_s"]) == (32.0, 40.0)
+    assert (down["at_s"], up["at_s"]) == (30.0, 38.0)
     rate = down["bitrate_kbps"]
     assert rate["changed"] and rate["before"] > 250 > rate["after"], rate
     assert 0 < rate["settled_ms"] < 6000, rate
