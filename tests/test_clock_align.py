@@ -331,3 +331,23 @@ def test_a_standing_lab_refuses_hosts_with_their_own_clocks(
                         "[hosts.rx]\n")  # fmt: skip
     with pytest.raises(StandingLabError, match="tx have their own clocks"):
         lab_up(scenario, tmp_path / "out")
+
+
+def test_media_seen_a_little_before_it_was_sent_still_bounds_the_offset() -> None:
+    """A network sink's render is when its send call returned, up to tens of us after the
+    receiver read the packet (docs/architecture.md, known limits): one-way media delays of
+    -30 us to 20 us each way, widened by MEDIA_SLACK_NS, still bound the offset."""
+    from latlab.analysis.clock_apply import MEDIA_SLACK_NS
+
+    clock = PlantedClock(120 * MS, -40)
+    rng = np.random.default_rng(5)
+    t_a = 1e12 + np.arange(2000) * 10 * MS
+    d_fwd = rng.uniform(-30 * US, 20 * US, len(t_a))
+    y_fwd = d_fwd + clock.theta(t_a + d_fwd)
+    t_b = t_a + 3 * MS
+    d_back = rng.uniform(-30 * US, 20 * US, len(t_b))
+    y_back = t_b + d_back - (t_b + clock.theta(t_b))
+    obs = one_way_intervals(t_a, y_fwd + MEDIA_SLACK_NS, t_b + d_back, y_back + MEDIA_SLACK_NS)
+    result = fit_intervals(obs, "a", "b", "media")
+    assert result.fit is not None, result.why
+    assert _worst_error(result.fit, clock) <= result.fit.bound_ns <= 100 * US

@@ -169,7 +169,7 @@ def media_result(journeys: Sequence[tuple[Journeys, list[str]]], a: str, b: str)
         return SourceResult(SOURCE_MEDIA, None, "media does not cross both ways")
     tf, yf = (np.concatenate(x) for x in zip(*fwd, strict=True))
     tb, yb = (np.concatenate(x) for x in zip(*back, strict=True))
-    obs = one_way_intervals(tf, yf - MEDIA_SLACK_NS, tb, yb - MEDIA_SLACK_NS)
+    obs = one_way_intervals(tf, yf + MEDIA_SLACK_NS, tb, yb + MEDIA_SLACK_NS)  # wider
     return fit_intervals(obs, a, b, SOURCE_MEDIA)
 
 
