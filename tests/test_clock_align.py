@@ -351,3 +351,29 @@ def test_media_seen_a_little_before_it_was_sent_still_bounds_the_offset() -> Non
     result = fit_intervals(obs, "a", "b", "media")
     assert result.fit is not None, result.why
     assert _worst_error(result.fit, clock) <= result.fit.bound_ns <= 100 * US
+
+
+def test_every_view_carries_the_clock_error(tmp_path: Path) -> None:
+    """The terminal table (±clk column, the clocks line), the HTML report (its column and
+    Clocks section) and the Perfetto trace (each crossing slice's clock_err_ms)."""
+    from rich.console import Console
+
+    from latlab.report.html import report_html
+    from latlab.report.perfetto import export_perfetto
+    from latlab.report.table import render_summary
+
+    run = tmp_path / "run"
+    _two_domain_run(run, 250, 80, units=300)
+    summary = analysis_of(run).summary
+    console = Console(width=80, record=True, force_terminal=False)
+    render_summary(summary, console)
+    text = console.export_text()
+    assert "±clk" in text and "clocks: reference monotonic@tx" in text
+    assert "monotonic@rx: exchange, offset" in text
+    html = report_html(run, tmp_path / "r.html").read_text(encoding="utf-8")
+    assert "±clk ms" in html and '<section id="clocks">' in html
+    export_perfetto(run, tmp_path / "t.json")
+    trace = json.loads((tmp_path / "t.json").read_text(encoding="utf-8"))
+    crossing = [e for e in trace["traceEvents"] if "clock_err_ms" in e.get("args", {})]
+    assert crossing and all(e["args"]["clock_err_ms"] > 0 for e in crossing)
+    assert trace["otherData"]["clocks"]["reference"] == "monotonic@tx"
