@@ -60,14 +60,14 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
     return lab_rows(QUICK, MATRIX_S, tmp_path_factory.mktemp("clock-matrix") / "run")
 
 
-@pytest.mark.exclusive
+# Not exclusive: the agents' figures held at a load average of 12-15 (measured beside other
+# work: 22-25 us, 0.23 ppm); in the parallel e2e part the 60 s overlap other tests.
 @pytest.mark.timeout(MATRIX_S + 120)
 def test_the_stated_bound_holds_in_every_case(matrix: list[Any]) -> None:
     missed = [(r.case.label, r.error_us, r.bound_us) for r in matrix if not r.held]
     assert missed == []
 
 
-@pytest.mark.exclusive
 @pytest.mark.timeout(MATRIX_S + 120)
 def test_symmetric_paths_give_50_us_and_1_ppm_over_60_s(matrix: list[Any]) -> None:
     """Direct veth pairs (the exchange's two legs alike): measured 22-25 us and
@@ -125,7 +125,6 @@ def _wait_for(predicate: Any, timeout: float, what: str) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.exclusive
 @pytest.mark.timeout(240)
 def test_merge_of_two_recordings_reproduces_the_run(
     tmp_path: Path, run_and_analyze: RunScenario
