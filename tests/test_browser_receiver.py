@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from latlab.analysis.browser_intervals import interval_figures
 from latlab.ingest.browser_playout import Playout, Presented, read_playout
 from latlab.ingest.browser_records import BrowserFrames, BrowserLog
 from latlab.ingest.chrome_trace import (
@@ -369,3 +370,23 @@ def test_capture_is_the_callback_of_the_first_10_ms_less_the_look_ahead() -> Non
         MISSING,
         calls[80],  # video: as stamped
     ]
+
+
+def test_video_decode_and_freezes_per_stats_interval() -> None:
+    """getStats' totalDecodeTime per frame decoded, and the time frozen per interval."""
+    stats = []
+    for k in range(6):  # every 200 ms: 6 frames decoded in 9 ms, 40 ms frozen from the 3rd
+        report = {
+            "type": "inbound-rtp",
+            "ssrc": SSRC,
+            "totalDecodeTime": 0.009 * k,
+            "framesDecoded": 6 * k,
+            "totalFreezesDuration": 0.04 * max(k - 2, 0),
+        }
+        stats.append((k * 200 * MS, [report]))  # fmt: skip
+    log = _log(Trace(), stats, Playout(), np.zeros(0, np.int64))
+    figures = interval_figures(None, log, SSRC)
+    assert figures["decode"]["p50_ms"] == pytest.approx(1.5)
+    assert figures["frozen"]["count"] == 5
+    assert figures["frozen"]["max_ms"] == pytest.approx(40.0)
+    assert figures["frozen"]["p50_ms"] == pytest.approx(40.0)  # 0, 0, 40, 40, 40

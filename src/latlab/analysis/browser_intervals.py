@@ -37,6 +37,11 @@ RATIOS = {
     "processing": ("inbound-rtp", "totalProcessingDelay", "jitterBufferEmittedCount", 1000.0),
     "playout": ("media-playout", "totalPlayoutDelay", "totalSamplesCount", 1000.0),
     "pacer": ("outbound-rtp", "totalPacketSendDelay", "packetsSent", 1000.0),
+    # video: decoding per frame decoded
+    "decode": ("inbound-rtp", "totalDecodeTime", "framesDecoded", 1000.0),
+}
+DIFFS = {  # name -> (report type, counter, scale to ms): the counter's increase per interval
+    "frozen": ("inbound-rtp", "totalFreezesDuration", 1000.0),  # video: time spent frozen
 }
 SHARES = {  # name -> (report type, part, whole): a share in % per interval
     "concealed_pct": ("inbound-rtp", "concealedSamples", "totalSamplesReceived"),
@@ -64,6 +69,10 @@ def interval_figures(
         values = _ratios(receiver.stats_counters(kind, ssrc, (part, whole))[:, 1:], 100.0)
         if len(values):
             out[name] = describe_ms(values)  # in %, not ms
+    for name, (kind, counter, scale) in DIFFS.items():
+        values = np.diff(receiver.stats_counters(kind, ssrc, (counter,))[:, 1]) * scale
+        if len(values):
+            out[name] = describe_ms(values)
     e2e = capture_to_playout_ms(receiver, ssrc)
     if len(e2e):
         out["capture_to_playout"] = describe_ms(e2e)

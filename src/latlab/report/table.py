@@ -154,6 +154,8 @@ INTERVAL_LABELS = {
     "processing": "receipt -> decoded (incl. jitter buffer)",
     "playout": "playout",
     "concealed_pct": "concealed samples %",
+    "decode": "decode, per frame (video)",
+    "frozen": "frozen, per interval (video)",
     "capture_to_playout": "capture -> playout (abs-capture-time)",
 }
 
