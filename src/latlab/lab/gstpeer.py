@@ -426,8 +426,8 @@ class Peer:
         ends = [("send", self.wb.get_static_pad("sink_0"), self.pipe.get_by_name("src"))]
         if self.rx is not None:
             ends.append(("recv", self.rx.get_by_name("sink").get_static_pad("sink"), self.rx))
-            recorder = next((e for e in self.rx.iterate_recurse() if
-                             e.get_factory().get_name() == "filesink"), None)  # fmt: skip
+            recorder = next((e for e in self.elements(self.rx)
+                             if e.get_factory().get_name() == "filesink"), None)  # fmt: skip
             if recorder is not None:  # the recording's file is complete once EOS reached it
                 ends.append(("record", recorder.get_static_pad("sink"), None))
         for side, pad, _ in ends:
@@ -443,6 +443,20 @@ class Peer:
         threading.Thread(target=self.send_eos, args=(targets,), daemon=True).start()
         self.GLib.timeout_add(int(EOS_WAIT_S * 1000), self.eos_timeout)
         return True
+
+    def elements(self, bin_: Any) -> list[Any]:
+        """Every element inside ``bin_`` (its iterator is no Python iterable here)."""
+        found: list[Any] = []
+        it = bin_.iterate_recurse()
+        while True:
+            result, element = it.next()
+            if result == self.Gst.IteratorResult.OK:
+                found.append(element)
+            elif result == self.Gst.IteratorResult.RESYNC:
+                it.resync()
+                found.clear()
+            else:
+                return found
 
     def send_eos(self, targets: list[Any]) -> None:
         """EOS into each target (an element or a pad)."""
