@@ -178,12 +178,12 @@ def _lanes(trace: ChromeSlices) -> list[_Lane]:
 
 
 def _anchors(lane: _Lane, source_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per source entry, the lane's decode nearest it (-1 beyond the window), and how
-    many entries found one."""
+    """Per source entry, the lane's decode nearest it (-1 beyond the window), and the
+    offsets (decode less entry) of the entries that found one."""
     d = lane.decode_ns
     if not len(d) or not len(source_ns):
         return np.full(len(source_ns), -1), np.zeros(0)
-    at = np.clip(np.searchsorted(d, source_ns), 1, max(len(d) - 1, 1))
+    at = np.minimum(np.searchsorted(d, source_ns), len(d) - 1)
     before = np.maximum(at - 1, 0)
     nearest = np.where(np.abs(d[at] - source_ns) < np.abs(d[before] - source_ns), at, before)
     delta = d[nearest] - source_ns
