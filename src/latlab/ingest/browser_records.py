@@ -119,8 +119,10 @@ MAX_MS = 5e12  # page times: Unix milliseconds (until 2128), so that ns fit int6
 # whose field has another type is a damaged line: reported and skipped.
 LINE_FIELDS: dict[str, dict[str, str]] = {
     "clock": {"srv_monotonic_ns": "int", "page_ms": "ms", "rtt_ms": "ms?"},
-    "frame": {"ssrc": "int?", "rtp_ts": "int?", "seq": "int?", "bytes": "int?",
-              **{name: "ms?" for name in FRAME_FIELDS}},  # fmt: skip
+    "frame": {
+        **{name: "int?" for name in ("ssrc", "rtp_ts", "seq", "bytes")},
+        **{name: "ms?" for name in FRAME_FIELDS},
+    },
     "stats": {"t_ms": "ms?", "reports": "list?"},
     "sync": {"t_ms": "ms?", "sources": "list?"},
 }

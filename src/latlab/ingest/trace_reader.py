@@ -30,7 +30,6 @@ from latlab.ingest.trace_format import (
     Chunk,
 )
 
-
 # INFO key of a tracer that caught a panic of its own and stopped (docs/trace-format.md).
 FAULT_KEY = "tracer_fault"
 
