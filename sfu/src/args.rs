@@ -5,8 +5,21 @@ use std::path::PathBuf;
 
 pub const USAGE: &str = "usage: latlab-sfu --bind IPV4 [--http-port N] [--udp-port N] \
                          [--trace FILE] [--batch N] [--no-batch] [--no-pool] [--no-gso] \
-                         [--pace] [--timer-slack-us N] [--max-peers N] [--bwe-initial-kbps N] \
-                         [--log LEVEL]";
+                         [--pace] [--bwe auto|on|off] [--hold-us N] [--timer-slack-us N] \
+                         [--max-peers N] [--bwe-initial-kbps N] [--log LEVEL]";
+
+/// Which subscribers get str0m's bandwidth estimator (TWCC feedback, GCC) and with it
+/// its pacer, which releases one packet per timeout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BweMode {
+    /// Those that may have a layer to choose: unless every publisher of the room, when
+    /// the subscriber joins, sends one video layer (and there is one).
+    Auto,
+    /// Every subscriber.
+    On,
+    /// None: a leg carries the layer that fits `--bwe-initial-kbps`.
+    Off,
+}
 
 /// What the SFU was asked to do.
 #[derive(Clone, Debug, PartialEq)]
@@ -25,8 +38,14 @@ pub struct Config {
     pub pool: bool,
     /// UDP generic segmentation offload when the kernel has it (`--no-gso`).
     pub gso: bool,
-    /// Pace forwarded video through str0m's leaky bucket (off: sent as it arrives).
+    /// Pace forwarded video through str0m's leaky bucket (off: sent as it arrives); the
+    /// bucket comes with the estimator, so every subscriber gets one.
     pub pace: bool,
+    /// Which subscribers get a bandwidth estimator.
+    pub bwe: BweMode,
+    /// How long packets forwarded from a received batch may wait for the rest of the
+    /// batch before they are sent (ns).
+    pub hold_ns: u64,
     /// How late a timer may be serviced, so that timers due close together (and packets)
     /// share one wake-up (ns).
     pub timer_slack_ns: u64,
@@ -49,6 +68,8 @@ impl Default for Config {
             pool: true,
             gso: true,
             pace: false,
+            bwe: BweMode::Auto,
+            hold_ns: 250_000,
             timer_slack_ns: 2_000_000,
             max_peers: 256,
             bwe_initial_kbps: 1000,
@@ -105,6 +126,23 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Config, String> {
             "--no-pool" => c.pool = false,
             "--no-gso" => c.gso = false,
             "--pace" => c.pace = true,
+            "--bwe" => {
+                let v = value()?;
+                c.bwe = match v.as_str() {
+                    "auto" => BweMode::Auto,
+                    "on" => BweMode::On,
+                    "off" => BweMode::Off,
+                    _ => return Err(format!("--bwe: not one of auto, on, off: {v}")),
+                };
+            }
+            "--hold-us" => {
+                let v = value()?;
+                let n: u64 = number(&flag, &v, "a number")?;
+                if n > 100_000 {
+                    return Err(format!("--hold-us: {n} is more than 100000"));
+                }
+                c.hold_ns = n * 1000;
+            }
             "--timer-slack-us" => {
                 let v = value()?;
                 let n: u64 = number(&flag, &v, "a number")?;
@@ -146,6 +184,12 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Config, String> {
         c.batch = 1;
         c.gso = false;
     }
+    if c.pace {
+        if c.bwe == BweMode::Off {
+            return Err("--pace needs the estimator (its pacer): not with --bwe off".into());
+        }
+        c.bwe = BweMode::On;
+    }
     Ok(c)
 }
 
@@ -173,6 +217,12 @@ mod tests {
         assert_eq!(c.trace, Some(PathBuf::from("t.lltrace")));
         assert!(c.batched && c.pool && c.gso);
         assert_eq!(c.batch, 32);
+        assert_eq!(c.bwe, BweMode::Auto);
+        assert_eq!(
+            parsed("--bind 10.0.0.1 --bwe off").unwrap().bwe,
+            BweMode::Off
+        );
+        assert_eq!(parsed("--bind 10.0.0.1 --pace").unwrap().bwe, BweMode::On);
     }
 
     #[test]
@@ -199,6 +249,11 @@ mod tests {
             ("--bind 10.0.0.1 --udp-port 0", "--udp-port: give a port"),
             ("--bind 10.0.0.1 --batch 0", "--batch: 0 is not between"),
             ("--bind 10.0.0.1 --log loud", "--log: not one of"),
+            ("--bind 10.0.0.1 --bwe maybe", "--bwe: not one of"),
+            (
+                "--bind 10.0.0.1 --bwe off --pace",
+                "--pace needs the estimator",
+            ),
             (
                 "--bind 10.0.0.1 --frobnicate",
                 "unknown argument --frobnicate",

@@ -30,7 +30,7 @@ use str0m::net::{Protocol, Receive};
 use str0m::rtp::{ExtensionValues, RtpPacket, RtpWrite, SeqNo, Ssrc, Vp8Descriptor};
 use str0m::{Candidate, Event, IceConnectionState, Input, Output, Reason, Rtc, RtcConfig};
 
-use crate::args::Config;
+use crate::args::{BweMode, Config};
 use crate::forward::{choose_layer, vp8_info, LayerRate, PictureIds, Rewrite, Vp8Info};
 use crate::http::{Reply, Request};
 use crate::net::{self, NetCounts, RecvBatch, SendBatch, Socket, Waker};
@@ -107,6 +107,8 @@ struct Layer {
 struct Publisher {
     audio_mid: Option<Mid>,
     video_mid: Option<Mid>,
+    /// Its offer sends video in more than one layer (simulcast).
+    simulcast: bool,
     audio_ssrc: Option<u32>,
     layers: Vec<Layer>,
     /// SSRCs str0m did not map to a media (ignored; bounded).
@@ -142,6 +144,9 @@ struct Slot {
 
 struct Subscriber {
     slots: Vec<Slot>,
+    /// It has a bandwidth estimator (and str0m's pacer); else `estimate_bps` stays
+    /// `--bwe-initial-kbps`.
+    bwe: bool,
     estimate_bps: u64,
     egress_pad: u32,
 }
@@ -167,6 +172,9 @@ struct Peer {
     dirty: bool,
     /// Inside its own drain loop (a mutation there is drained by that loop).
     in_drain: bool,
+    /// Forwarded packets were written to it since its last timeout: str0m sends them
+    /// once it is given one (`Sfu::kicked`).
+    kicked: bool,
     addrs: Vec<SocketAddr>,
 }
 
@@ -198,6 +206,8 @@ pub struct Sfu {
     rooms: Vec<Option<Room>>,
     room_by_name: HashMap<String, usize>,
     dirty: Vec<usize>,
+    /// Subscribers with forwarded packets waiting for their timeout.
+    kicked: Vec<usize>,
     recv: RecvBatch,
     send: SendBatch,
     pub counts: Counts,
@@ -222,6 +232,30 @@ fn slab_insert<T>(slab: &mut Vec<Option<T>>, free: &mut Vec<usize>, item: T) -> 
         slab.push(Some(item));
         slab.len() - 1
     }
+}
+
+/// Whether an offer sends video in more than one layer: `a=simulcast` or several
+/// `a=rid` in a video m-line.
+fn offer_simulcast(sdp: &str) -> bool {
+    let mut in_video = false;
+    let mut rids = 0;
+    for line in sdp.lines() {
+        if let Some(rest) = line.strip_prefix("m=") {
+            in_video = rest.starts_with("video");
+            rids = 0;
+        } else if in_video {
+            if line.starts_with("a=simulcast:") {
+                return true;
+            }
+            if line.starts_with("a=rid:") {
+                rids += 1;
+                if rids > 1 {
+                    return true;
+                }
+            }
+        }
+    }
+    false
 }
 
 /// The mids of an offer's m-lines of one kind, in order.
@@ -258,6 +292,7 @@ impl Sfu {
         let send = SendBatch::new(cfg.batch * 4, cfg.batched, cfg.pool, cfg.gso);
         Ok(Sfu {
             dirty: Vec::with_capacity(cfg.max_peers * 2),
+            kicked: Vec::with_capacity(cfg.max_peers),
             cfg,
             sock,
             waker,
@@ -297,6 +332,7 @@ impl Sfu {
     pub fn run(&mut self) -> Result<(), String> {
         let mut more = false;
         while !STOP.load(Ordering::Relaxed) {
+            self.send_forwarded();
             self.run_timers();
             self.flush();
             self.reap();
@@ -356,6 +392,7 @@ impl Sfu {
 
     fn handle_batch(&mut self, n: usize) {
         let at = Instant::now();
+        let mut chunk_start = at;
         let recv_ns = ns_of(self.base, at);
         if self.probes.is_some() {
             if let Some(off) = probe::realtime_offset() {
@@ -418,6 +455,18 @@ impl Sfu {
             peer.dirty = true;
             self.drain(idx);
             self.settle();
+            // What this batch forwarded so far leaves once it has waited `--hold-us` (the
+            // rest of the batch being processed meanwhile).
+            if !self.kicked.is_empty() && i + 1 < n {
+                let now = Instant::now();
+                if now.saturating_duration_since(chunk_start).as_nanos() as u64 >= self.cfg.hold_ns
+                {
+                    self.send_forwarded();
+                    self.run_timers();
+                    self.flush();
+                    chunk_start = now;
+                }
+            }
         }
         self.arrival = Arrival::default();
     }
@@ -527,6 +576,60 @@ impl Sfu {
         }
         peer.dirty = true;
         !peer.dead
+    }
+
+    /// Notes that forwarded packets were written to subscriber `idx`: they go out at its
+    /// next timeout, one for every packet written since (`send_forwarded`), not one per
+    /// packet. Writing needs no drain before it: a write only queues.
+    fn kick(&mut self, idx: usize) -> bool {
+        let Some(peer) = self.peers[idx].as_mut() else {
+            return false;
+        };
+        if peer.dead {
+            return false;
+        }
+        if !peer.kicked {
+            peer.kicked = true;
+            self.kicked.push(idx);
+        }
+        true
+    }
+
+    /// Gives every kicked subscriber its timeout and drains it: without a bandwidth
+    /// estimator str0m then sends everything written; with one, its pacer sends one
+    /// packet and asks for another timeout at once (`run_timers`).
+    fn send_forwarded(&mut self) {
+        if self.kicked.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        while let Some(idx) = self.kicked.pop() {
+            let Some(peer) = self.peers[idx].as_mut() else {
+                continue;
+            };
+            peer.kicked = false;
+            if peer.dead {
+                continue;
+            }
+            self.counts.timer_inputs += 1;
+            let rtc = &mut peer.rtc;
+            match catch_unwind(AssertUnwindSafe(|| rtc.handle_input(Input::Timeout(now)))) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    self.counts.rtc_errors += 1;
+                    log::debug!("{}: timeout: {e}", peer.name);
+                }
+                Err(_) => {
+                    self.counts.panics += 1;
+                    log::error!("{}: str0m panicked on a timeout; peer dropped", peer.name);
+                    peer.dead = true;
+                    continue;
+                }
+            }
+            peer.dirty = true;
+            self.drain(idx);
+            self.settle();
+        }
     }
 
     fn transmit(&mut self, idx: usize, dest: SocketAddr, data: &[u8]) {
@@ -965,7 +1068,7 @@ impl Sfu {
             let Some((mid, pt, seq, ts, patch)) = decision else {
                 continue;
             };
-            if !self.before_mutation(sidx) {
+            if !self.kick(sidx) {
                 continue;
             }
             let Some(peer) = self.peers[sidx].as_mut() else {
@@ -1183,7 +1286,40 @@ impl Sfu {
         self.reap();
     }
 
-    fn rtc_config(&self, publisher: bool) -> RtcConfig {
+    /// Whether a subscriber joining `room_name` now gets a bandwidth estimator (`--bwe`):
+    /// with `auto`, unless the room has publishers and every one sends a single video
+    /// layer (then no leg has a layer to choose, and the estimator would only cost: its
+    /// pacer releases one packet per timeout and it pads every leg to 50 kbit/s).
+    fn subscriber_bwe(&self, room_name: &str) -> bool {
+        match self.cfg.bwe {
+            BweMode::On => true,
+            BweMode::Off => false,
+            BweMode::Auto => {
+                let Some(room) = self
+                    .room_by_name
+                    .get(room_name)
+                    .and_then(|&r| self.rooms[r].as_ref())
+                else {
+                    return true;
+                };
+                let (mut pubs, mut simulcast) = (0, false);
+                for &i in &room.pubs {
+                    if let Some(Peer {
+                        role: Role::Pub(p),
+                        dead: false,
+                        ..
+                    }) = self.peers[i].as_ref()
+                    {
+                        pubs += 1;
+                        simulcast |= p.simulcast || p.layers.len() > 1;
+                    }
+                }
+                simulcast || pubs == 0
+            }
+        }
+    }
+
+    fn rtc_config(&self, bwe: bool) -> RtcConfig {
         let mut cfg = RtcConfig::new()
             .set_rtp_mode(true)
             .set_ice_lite(true)
@@ -1192,7 +1328,7 @@ impl Sfu {
             .enable_opus(true, false)
             .enable_vp8(true)
             .set_stats_interval(None);
-        if !publisher {
+        if bwe {
             cfg = cfg.enable_bwe(Some(Bitrate::kbps(self.cfg.bwe_initial_kbps)));
         }
         cfg
@@ -1219,7 +1355,8 @@ impl Sfu {
             return Reply::Error(400, "the offer has no audio or video".into());
         }
         let now = Instant::now();
-        let mut rtc = self.rtc_config(publisher).build(now);
+        let bwe = !publisher && self.subscriber_bwe(room_name);
+        let mut rtc = self.rtc_config(bwe).build(now);
         let local = SocketAddr::V4(SocketAddrV4::new(self.cfg.bind, self.sock.local.port()));
         match Candidate::host(local, "udp") {
             Ok(c) => {
@@ -1259,6 +1396,7 @@ impl Sfu {
             Role::Pub(Publisher {
                 audio_mid: audio_mids.first().copied(),
                 video_mid: video_mids.first().copied(),
+                simulcast: offer_simulcast(offer_sdp),
                 ..Publisher::default()
             })
         } else {
@@ -1332,6 +1470,7 @@ impl Sfu {
             }
             Role::Sub(Subscriber {
                 slots,
+                bwe,
                 estimate_bps: self.cfg.bwe_initial_kbps * 1000,
                 egress_pad,
             })
@@ -1350,6 +1489,7 @@ impl Sfu {
             dead: false,
             dirty: true,
             in_drain: false,
+            kicked: false,
             addrs: Vec::new(),
         };
         let idx = slab_insert(&mut self.peers, &mut self.free, peer);
@@ -1366,11 +1506,16 @@ impl Sfu {
         self.dirty.push(idx);
         self.settle();
         log::info!(
-            "{name}: {} room {room_name} (resource {id})",
+            "{name}: {} room {room_name} (resource {id}){}",
             if publisher {
                 "publishes in"
             } else {
                 "subscribes to"
+            },
+            match (publisher, bwe) {
+                (true, _) => "",
+                (false, true) => ", bandwidth estimator on",
+                (false, false) => ", no bandwidth estimator",
             }
         );
         Reply::Created { id, answer }
@@ -1515,8 +1660,8 @@ impl Sfu {
                     })
                     .unwrap_or((-1, 0));
                 legs.push(format!(
-                    "{{\"subscriber\":\"{}\",\"publisher\":\"{}\",\"layer\":{},\"width\":{},\"estimate_bps\":{}}}",
-                    p.name, pub_name, current, width, sub.estimate_bps
+                    "{{\"subscriber\":\"{}\",\"publisher\":\"{}\",\"layer\":{},\"width\":{},\"bwe\":{},\"estimate_bps\":{}}}",
+                    p.name, pub_name, current, width, sub.bwe, sub.estimate_bps
                 ));
             }
         }
