@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from latlab.lab.devices import JACK_SHM_DIR, _server_processes
+from latlab.lab import owner
+from latlab.lab.jackfiles import JACK_SHM_DIR
 from latlab.lab.runner import RunError, run_scenario
 from latlab.lab.scenario import ScenarioError, parse_scenario
 from latlab.pipeline import analyze_run
@@ -100,12 +101,30 @@ def require(program: str) -> None:
         pytest.skip(f"needs root, the tracer and {program}")
 
 
+def server_processes() -> list[tuple[int, str]]:
+    """(pid, command line) of every running jackd, pulseaudio and pacat."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if entry.name.isdigit() and os.path.basename(argv[0].decode(errors="replace")) in (
+            "jackd", "pulseaudio", "pacat",
+        ):  # fmt: skip
+            out.append((int(entry.name), " ".join(a.decode(errors="replace") for a in argv)))
+    return out
+
+
 def leftovers(pid: int) -> list[str]:
-    """Servers, JACK files and pulse runtime dirs named after latlab process ``pid``."""
+    """Servers, JACK files and pulse runtime dirs named after latlab process ``pid``
+    (in /tmp, where they once were, and in latlab's private directories)."""
     tag = f"llab-{pid}-"
-    found = [cmd for _, cmd in _server_processes() if tag in cmd]
+    found = [cmd for _, cmd in server_processes() if tag in cmd]
     found += [p.name for p in JACK_SHM_DIR.iterdir() if tag in p.name]
     found += [p.name for p in Path(tempfile.gettempdir()).glob(f"{tag}*")]
+    private = owner.journal_dir().parent / "tmp"
+    found += [str(p) for p in private.glob(f"*/{tag}*")] if private.is_dir() else []
     return found
 
 
@@ -127,6 +146,10 @@ def test_server_lives_exactly_as_long_as_the_run(tmp_path: Path, server: str) ->
     assert device["server_name"] == f"llab-{os.getpid()}-snd"
     assert device["exit_code"] is not None  # stopped by latlab
     assert leftovers(os.getpid()) == []
+    if server == "pulse":  # its socket was in latlab's private directory, not under /tmp
+        runtime = Path(device["env"]["PULSE_RUNTIME_PATH"])
+        assert runtime.parent.parent == owner.journal_dir().parent / "tmp"
+        assert not runtime.is_relative_to(tempfile.gettempdir())
     capture = summary["streams"][0]["segments"][0]
     assert capture["kind"] == "capture" and capture["device"] is True
     if server == "jack":
@@ -166,7 +189,7 @@ def test_server_death_fails_the_run_naming_the_device(tmp_path: Path) -> None:
     while not (log.exists() and "New clock:" in log.read_text()):  # the process is ready
         assert time.monotonic() < deadline and thread.is_alive()
         time.sleep(0.05)
-    (pid,) = [p for p, cmd in _server_processes() if name in cmd]
+    (pid,) = [p for p, cmd in server_processes() if name in cmd]
     os.kill(pid, signal.SIGKILL)
     thread.join(30)
     error = outcome["error"]

@@ -1,4 +1,5 @@
-"""Lab hosts as real network namespaces: creation, connectivity, cleanup, stale cleanup."""
+"""Lab hosts as real network namespaces: creation, connectivity, cleanup (the cleanup of
+killed runs, by their journals: tests/test_lab_ownership.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from latlab.lab.netns import (
     IFNAMSIZ,
     Lab,
     LabError,
-    cleanup_stale,
     ip,
     list_namespaces,
     list_root_links,
@@ -30,13 +30,6 @@ def ping(lab: Lab, src: str, dst: str) -> subprocess.CompletedProcess[str]:
 
 def links_in(namespace: str) -> list[str]:
     return ip("-n", namespace, "-o", "link", "show").stdout.split("\n")
-
-
-def dead_pid() -> int:
-    """A pid that belongs to no running process (a child that has been reaped)."""
-    child = subprocess.Popen(["true"])
-    child.wait(timeout=60)
-    return child.pid
 
 
 def test_names_fit_interface_limit() -> None:
@@ -98,36 +91,3 @@ def test_clash_with_existing_namespace_leaves_it_alone() -> None:
         with pytest.raises(LabError, match="already exists"):
             second.up()
         assert first.namespace("a") in list_namespaces()
-
-
-@pytest.mark.e2e
-def test_cleanup_stale_removes_dead_owner_only() -> None:
-    pid = dead_pid()
-    stale = namespace_name(pid, "x")
-    other = f"latlabtest-keep-{os.getpid()}"
-    ip("netns", "add", stale)
-    ip("netns", "add", other)
-    try:
-        with Lab(["live"]) as lab:
-            removed = cleanup_stale()
-            namespaces = list_namespaces()
-            assert lab.namespace("live") in namespaces  # owner (this process) is alive
-        assert stale in removed
-        assert stale not in namespaces
-        assert other in namespaces
-    finally:
-        ip("netns", "del", other, check=False)
-        ip("netns", "del", stale, check=False)
-
-
-@pytest.mark.e2e
-def test_cleanup_stale_removes_dead_owner_veth() -> None:
-    pid = dead_pid()
-    name_a, name_b = veth_names(pid, 0)
-    ip("link", "add", name_a, "type", "veth", "peer", "name", name_b)
-    try:
-        assert name_a in cleanup_stale()
-        assert name_a not in list_root_links()
-        assert name_b not in list_root_links()
-    finally:
-        ip("link", "del", name_a, check=False)

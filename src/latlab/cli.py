@@ -562,6 +562,18 @@ def lab_down() -> None:
     )
 
 
+@lab_app.command("cleanup")
+def lab_cleanup() -> None:
+    """Remove what killed latlab runs left (namespaces, processes, audio servers), by
+    their journals; a live run's and a standing lab's stay. `latlab run` does it first."""
+    from latlab.lab.netns import cleanup_stale
+
+    removed = cleanup_stale()
+    for what in removed:
+        console.print(f"removed {what}", highlight=False)
+    console.print(f"{len(removed)} left-overs of killed runs removed", highlight=False)
+
+
 signal_app = typer.Typer(
     name="signal",
     help="Black-box measurement with test audio: time codes (generate, decode), and the "

@@ -46,7 +46,7 @@ from urllib.parse import urlencode
 
 from latlab.errors import MeasurementError
 from latlab.ingest.chrome_trace import chrome_trace_path
-from latlab.lab.netns import Lab, LabError, delete_namespace, ip, namespace_name
+from latlab.lab.netns import Lab, LabError, add_namespace, delete_namespace, ip, namespace_name
 from latlab.lab.process import STOP_STEPS as PIPELINE_STOP_STEPS
 from latlab.lab.process import ChildProcess
 from latlab.lab.quality import QualityClip, QualityError
@@ -383,9 +383,8 @@ class BrowserLab:
             atexit.unregister(self.down)
 
     def _network(self) -> None:
-        ip("netns", "add", self.namespace)
         self._created = True
-        ip("-n", self.namespace, "link", "set", "lo", "up")
+        add_namespace(self.namespace)  # recorded in the journal first
         for k, host in enumerate(self.hosts):
             host_end, server_end = pages_veths(self.lab.pid, k)
             host_ns = self.lab.namespace(host)

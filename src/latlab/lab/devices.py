@@ -12,7 +12,9 @@ namespace before its processes and stopped after them:
   ``jackaudiosrc`` / ``jackaudiosink``.
 * ``server = "pulse"``: ``pulseaudio`` with a null sink ``llab_<device>`` and its
   monitor source as the capture side, default fragments ``periods`` x the period,
-  in a runtime directory ``$TMPDIR/llab-<pid>-<device>-pulse``. The processes get
+  in a runtime directory ``llab-<pid>-<device>-pulse`` inside the run's private
+  directory (:func:`latlab.lab.owner.private_tmp`: root-only, its name random). The
+  processes get
   ``PULSE_SERVER``, ``PULSE_RUNTIME_PATH``, ``PULSE_SINK`` and ``PULSE_SOURCE``;
   pipelines use ``pulsesrc`` / ``pulsesink``.
 
@@ -20,10 +22,11 @@ GStreamer's audio elements choose their own ring buffer: pipelines pass the
 device's sizes with ``latency-time=${devices.NAME.period_us}
 buffer-time=${devices.NAME.buffer_us}`` (period x periods).
 
-Names carry the pid of the latlab process that owns them, so a later run can find
-the servers, sockets and directories of a dead run (:func:`cleanup_stale_devices`)
-and touch nothing else. A server that dies during a run makes the run fail
-(:meth:`Devices.check`).
+Names carry the pid of the latlab process that owns them (so runs at once never
+collide); each server, JACK name and runtime directory is recorded in that process's
+journal before it is started or made (:mod:`latlab.lab.owner`), so a later run removes
+those of a killed run and touches nothing else. A server that dies during a run makes
+the run fail (:meth:`Devices.check`).
 """
 
 from __future__ import annotations
@@ -34,27 +37,22 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from latlab.errors import MeasurementError
-from latlab.lab.netns import pid_alive
+from latlab.lab import owner
+from latlab.lab.jackfiles import remove_jack_files
 from latlab.lab.scenario import Device
 
 READY_TIMEOUT_S = 10.0
 STOP_GRACE_S = 3.0
 POLL_S = 0.02
 PROBE_TIMEOUT_S = 5.0
-JACK_SHM_DIR = Path("/dev/shm")
-JACK_REGISTRY = JACK_SHM_DIR / "jack-shm-registry"
-JACK_REGISTRY_RE = re.compile(rb"jack-\d+:(llab-\d+-[A-Za-z0-9_-]+):")
-OWNED_RE = re.compile(r"llab-(\d+)-[A-Za-z0-9_-]+")
 JACK_LATENCY_RE = re.compile(r"port (playback|capture) latency = \[ (\d+) (\d+) \]")
 PULSE_LATENCY_RE = re.compile(r"Latency: (\d+) usec, configured (\d+) usec")
-SERVER_PROGRAMS = {"jack": "jackd", "pulse": "pulseaudio", "pulse-clock": "pacat"}
 
 ExecArgv = Callable[[str, Sequence[str]], list[str]]
 
@@ -71,11 +69,6 @@ def owned_name(pid: int, device: str) -> str:
 def pulse_sink(device: str) -> str:
     """The null sink of a PulseAudio device (its monitor, ``SINK.monitor``, is the source)."""
     return f"llab_{device}"
-
-
-def pulse_runtime_dir(pid: int, device: str) -> Path:
-    """The runtime directory (socket, configuration) of a pulse device."""
-    return Path(tempfile.gettempdir()) / f"{owned_name(pid, device)}-pulse"
 
 
 def _run(argv: Sequence[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -96,6 +89,7 @@ class AudioServer:
         self.name = owned_name(owner_pid, device.name)
         self.log = log
         self.popen: subprocess.Popen[bytes] | None = None
+        self.journaled: list[dict[str, Any]] = []  # its processes in the journal
         self.stopping = False
         self.exit_code: int | None = None
         self.reported: dict[str, Any] = {}
@@ -152,6 +146,7 @@ class AudioServer:
                 env={**os.environ, **self.server_env()},
                 start_new_session=True,
             )
+        self.journaled.append(owner.record_process(self.popen.pid, self.name))
         self._await_ready()
         self.version = self.query_version()
         self.reported = self.query_latency()
@@ -189,6 +184,9 @@ class AudioServer:
         if self.popen is not None:
             self.exit_code = self.popen.returncode
         self.remove_files()
+        for entry in self.journaled:
+            owner.forget("process", entry)
+        self.journaled.clear()
 
     def log_tail(self, lines: int = 2) -> str:
         """The last lines the server printed, on one line."""
@@ -237,6 +235,9 @@ class JackServer(AudioServer):
     def server_env(self) -> dict[str, str]:
         return {"JACK_NO_START_SERVER": "1"}
 
+    def prepare(self) -> None:
+        owner.record("jack", self.name)  # its files in /dev/shm, its registry slot
+
     def client_env(self) -> dict[str, str]:
         return {"JACK_DEFAULT_SERVER": self.name, "JACK_NO_START_SERVER": "1"}
 
@@ -270,6 +271,7 @@ class JackServer(AudioServer):
 
     def remove_files(self) -> None:
         remove_jack_files(self.name)
+        owner.forget("jack", self.name)
 
 
 class PulseServer(AudioServer):
@@ -300,6 +302,7 @@ class PulseServer(AudioServer):
                 env={**os.environ, **self.client_env()},
                 start_new_session=True,
             )
+        self.journaled.append(owner.record_process(self.keeper.pid, f"{self.name} keeper"))
         self._await_device_latency(latency_ms)
 
     def _await_device_latency(self, latency_ms: float) -> None:
@@ -334,13 +337,14 @@ class PulseServer(AudioServer):
 
     @property
     def runtime_dir(self) -> Path:
-        return Path(tempfile.gettempdir()) / f"{self.name}-pulse"
+        return owner.private_tmp() / f"{self.name}-pulse"
 
     @property
     def sink(self) -> str:
         return pulse_sink(self.device.name)
 
     def prepare(self) -> None:
+        owner.record("path", str(self.runtime_dir))
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
         self.runtime_dir.mkdir(mode=0o700)
         d = self.device
@@ -408,6 +412,7 @@ class PulseServer(AudioServer):
 
     def remove_files(self) -> None:
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
+        owner.forget("path", str(self.runtime_dir))
 
 
 SERVERS: dict[str, type[AudioServer]] = {"jack": JackServer, "pulse": PulseServer}
@@ -457,103 +462,3 @@ class Devices:
     def describe(self, run_dir: Path) -> list[dict[str, Any]]:
         """Each device for run.json."""
         return [server.describe(run_dir) for server in self.servers]
-
-
-def remove_jack_files(server_name: str) -> None:
-    """Remove a JACK server's sockets and semaphores from /dev/shm (if any are left)."""
-    if not JACK_SHM_DIR.is_dir():
-        return
-    for path in JACK_SHM_DIR.iterdir():
-        name = path.name
-        if name.startswith(f"jack_{server_name}_") or (
-            name.startswith("jack_sem.") and f"_{server_name}_" in name
-        ):
-            with contextlib.suppress(OSError):
-                path.unlink()
-
-
-def _dead_owner(text: str) -> str | None:
-    """The latlab name in ``text`` whose owner process is gone, if any."""
-    for match in OWNED_RE.finditer(text):
-        if not pid_alive(int(match.group(1))):
-            return match.group(0)
-    return None
-
-
-def _server_processes() -> list[tuple[int, str]]:
-    """(pid, command line) of every running jackd / pulseaudio."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv and os.path.basename(argv[0].decode(errors="replace")) in SERVER_PROGRAMS.values():
-            out.append((int(entry.name), " ".join(a.decode(errors="replace") for a in argv)))
-    return out
-
-
-def stale_jack_registrations() -> list[str]:
-    """JACK server names of dead latlab runs still in JACK's shared registry.
-
-    A jackd that was killed (SIGKILL) keeps its slot in ``/dev/shm/jack-shm-registry``;
-    JACK has 8 slots and frees one only when a server of the same name starts.
-    """
-    try:
-        data = JACK_REGISTRY.read_bytes()
-    except OSError:
-        return []
-    names = {m.group(1).decode() for m in JACK_REGISTRY_RE.finditer(data)}
-    return sorted(n for n in names if _dead_owner(n))
-
-
-def reclaim_jack_registration(name: str) -> None:
-    """Free a dead server's registry slot the JACK way: start a server of that name
-    (JACK reclaims the slot of a dead owner), wait until it answers, stop it (SIGTERM
-    unregisters it)."""
-    env = {**os.environ, "JACK_NO_START_SERVER": "1", "JACK_DEFAULT_SERVER": name}
-    argv = ["jackd", "--name", name, "--no-realtime", "-d", "dummy", "-p", "1024"]
-    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.DEVNULL, env=env) as server:  # fmt: skip
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while server.poll() is None and time.monotonic() < deadline:
-            if _run(["jack_lsp", "-s", name], env).returncode == 0:
-                break
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                server.wait(POLL_S)
-        server.terminate()
-        try:
-            server.wait(STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            server.kill()
-    remove_jack_files(name)
-
-
-def cleanup_stale_devices() -> list[str]:
-    """Kill audio servers and remove sockets / runtime dirs of dead latlab runs.
-
-    Only names ``llab-<pid>-…`` whose ``<pid>`` is no longer alive are touched,
-    including their slots in JACK's server registry.
-    """
-    removed = []
-    for pid, cmdline in _server_processes():
-        if _dead_owner(cmdline):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            removed.append(f"process {pid}")
-    for path in JACK_SHM_DIR.iterdir() if JACK_SHM_DIR.is_dir() else ():
-        if path.name.startswith("jack") and _dead_owner(path.name):
-            with contextlib.suppress(OSError):
-                path.unlink()
-            removed.append(str(path))
-    for path in Path(tempfile.gettempdir()).glob("llab-*-pulse"):
-        if _dead_owner(path.name):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(str(path))
-    if shutil.which("jackd"):
-        for name in stale_jack_registrations():
-            reclaim_jack_registration(name)
-            removed.append(f"JACK registration {name}")
-    return removed

@@ -1,7 +1,9 @@
 """Lab hosts as network namespaces joined by veth pairs.
 
-Names identify latlab and the owning process, so leftovers of a crashed run can be
-found and removed without touching anything else:
+Names carry the owning latlab process's pid, so that runs at once never collide; what a
+run owns is what its journal lists (:mod:`latlab.lab.owner`), each namespace recorded
+before it is created, so leftovers of a killed run are removed by the next run without
+touching anything else:
 
 * namespace ``llab-<pid>-<host>``
 * veth ends ``ll<pid>v<i>a`` / ``ll<pid>v<i>b`` for link ``i`` (at most 15 characters)
@@ -19,7 +21,6 @@ import atexit
 import contextlib
 import json
 import os
-import re
 import signal
 import subprocess
 import tempfile
@@ -33,9 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 from latlab.errors import MeasurementError
 from latlab.lab import links as emulated
-from latlab.lab import netem
+from latlab.lab import netem, owner
 from latlab.lab.capture import Capture, CaptureError
 from latlab.lab.clocklab import ClockLabError, HostClocks, domain_of
+from latlab.lab.jackfiles import remove_jack_server
 from latlab.lab.links import LinkPlan
 from latlab.lab.process import failure_line
 from latlab.lab.signals import signals_deferred, sigterm_raises
@@ -45,8 +47,6 @@ if TYPE_CHECKING:
     from latlab.lab.scenario import Scenario
 
 NS_PREFIX = "llab-"
-NS_RE = re.compile(r"^llab-(\d+)-(.+)$")
-VETH_RE = re.compile(r"^ll(\d+)[vr](\d+)[ab]$")
 IFNAMSIZ = 15
 SUBNET_BASE = "10.77"
 MAX_LINKS = 256
@@ -126,37 +126,50 @@ def kill_namespace_processes(namespace: str) -> list[int]:
     return pids
 
 
-def delete_namespace(namespace: str, *, check: bool = True) -> None:
-    """Kill the processes inside ``namespace`` and delete it (no error if it is gone)."""
-    if namespace not in list_namespaces():
-        return
-    kill_namespace_processes(namespace)
-    ip("netns", "del", namespace, check=check)
+def add_namespace(namespace: str) -> None:
+    """Create ``namespace`` (recorded in this process's journal first) with its loopback up."""
+    owner.record("namespace", namespace)
+    ip("netns", "add", namespace)
+    ip("-n", namespace, "link", "set", "lo", "up")
+
+
+def delete_namespace(namespace: str, *, check: bool = True, forget: bool = True) -> None:
+    """Kill the processes inside ``namespace`` and delete it (no error if it is gone);
+    struck off this process's journal (``forget``; not for another process's)."""
+    if namespace in list_namespaces():
+        kill_namespace_processes(namespace)
+        ip("netns", "del", namespace, check=check)
+    if forget:
+        owner.forget("namespace", namespace)
+
+
+def delete_interface(name: str) -> None:
+    """Delete an interface of latlab's own namespace, if it is there."""
+    if name in list_root_links():
+        ip("link", "del", name, check=False)
+
+
+def _cleaner() -> owner.Cleaner:
+    return owner.Cleaner(
+        namespace=lambda name: delete_namespace(name, check=False, forget=False),
+        interface=delete_interface,
+        jack=remove_jack_server,
+    )
 
 
 def cleanup_stale() -> list[str]:
-    """Remove latlab namespaces and veths whose owner process is gone; returns their names.
-
-    Only names with the latlab prefix and a dead owner pid are touched; the standing lab
-    of ``latlab lab up`` (owner STANDING_OWNER) stays until ``latlab lab down``.
-    """
-    removed = []
-    for name in list_namespaces():
-        match = NS_RE.match(name)
-        if match and _stale_owner(int(match.group(1))):
-            delete_namespace(name, check=False)  # another run may be removing it too
-            removed.append(name)
-    for name in list_root_links():
-        match = VETH_RE.match(name)
-        if match and _stale_owner(int(match.group(1))):
-            ip("link", "del", name, check=False)
-            removed.append(name)
-    return removed
+    """Remove what every killed latlab process's journal lists (:mod:`latlab.lab.owner`):
+    its processes (those whose pid still has the recorded start time), namespaces (and
+    the processes in them), JACK servers' files and registry slots, private directories;
+    the run directory it was writing is marked ``incomplete``. Nothing a journal does not
+    list is touched, and no journal of a live latlab process or of a standing lab.
+    ``latlab run``, ``lab up`` and ``lab cleanup`` call it first; returns what it removed."""
+    return owner.cleanup_dead(_cleaner())
 
 
-def _stale_owner(pid: int) -> bool:
-    """Whether names owned by ``pid`` are leftovers (never the standing lab's)."""
-    return pid != STANDING_OWNER and not pid_alive(pid)
+def remove_standing(journal_path: Path) -> list[str]:
+    """Remove what a standing lab's journal lists (``latlab lab down``)."""
+    return owner.remove_standing(journal_path, _cleaner())
 
 
 class Lab:
@@ -399,8 +412,7 @@ class Lab:
         if namespace in existing:
             raise LabError(f"namespace '{namespace}' already exists (another lab in this process?)")
         self._created.append(namespace)
-        ip("netns", "add", namespace)
-        ip("-n", namespace, "link", "set", "lo", "up")
+        add_namespace(namespace)
 
     def _add_link(self, link: LinkPlan) -> None:
         ns_a, ns_b = self.namespace(link.a), self.namespace(link.b)

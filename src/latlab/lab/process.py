@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from latlab.lab import owner
+
 # gst-launch-1.0 (1.22) prints this when the pipeline goes PAUSED -> PLAYING, for live and
 # non-live pipelines alike (the pipeline selects and distributes its clock at that moment).
 READY_MARKER = "New clock:"
@@ -64,6 +66,7 @@ class ChildProcess:
     _stderr_file: IO[str] | None = None
     _closing: threading.Thread | None = None  # a close request already under way
     _closed_as_asked: bool = False
+    _journaled: dict[str, Any] | None = None  # its entry in the owner's journal
 
     def start(self, env: Mapping[str, str]) -> None:
         """Start in a new session (own process group) with ``env`` as its environment."""
@@ -81,6 +84,7 @@ class ChildProcess:
             start_new_session=True,
             preexec_fn=self.preexec,
         )
+        self._journaled = owner.record_process(self.popen.pid, self.name)
         self._reader = threading.Thread(target=self._read_stdout, name=f"stdout-{self.name}")
         self._reader.daemon = True
         self._reader.start()
@@ -182,7 +186,12 @@ class ChildProcess:
         self.close()
 
     def close(self) -> None:
-        """Finish reading stdout and close log files."""
+        """Finish reading stdout and close log files (and, once the process is reaped,
+        strike it off the journal)."""
+        reaped = self.popen is not None and self.popen.poll() is not None
+        if self._journaled is not None and reaped:
+            owner.forget("process", self._journaled)
+            self._journaled = None
         if self._reader is not None:
             self._reader.join(timeout=5)
         if self._stderr_file is not None:

@@ -32,10 +32,10 @@ from latlab import rundir
 from latlab.errors import MeasurementError
 from latlab.ingest.trace_format import Kind
 from latlab.ingest.trace_reader import TraceError, open_trace
-from latlab.lab import cost
+from latlab.lab import cost, owner
 from latlab.lab.browser import BrowserError, BrowserLab, check_browsers
 from latlab.lab.clocklab import ClockLabError
-from latlab.lab.devices import DeviceError, Devices, cleanup_stale_devices
+from latlab.lab.devices import DeviceError, Devices
 from latlab.lab.environment import environment
 from latlab.lab.loadgen import LoadError, LoadGenerator
 from latlab.lab.netns import Lab, LabError, cleanup_stale, ip
@@ -135,12 +135,15 @@ def run_scenario(
         tracer_env(out_dir / rundir.TRACES)  # fail early when the plugin is not built
     if shutil.which(GST_LAUNCH) is None:
         raise RunError(f"{GST_LAUNCH} not found on PATH")
+    cleanup_stale()  # what killed runs left, by their journals (latlab.lab.owner)
     rundir.prepare(out_dir)
+    owner.record("run_dir", str(out_dir.resolve()))  # marked incomplete if this process dies
     _copy_scenario(scenario, out_dir)
     rundir.write_json(out_dir / rundir.ENV_FILE, environment())
-    cleanup_stale()
-    cleanup_stale_devices()
-    return _Run(scenario, out_dir, trace, progress).execute()
+    try:
+        return _Run(scenario, out_dir, trace, progress).execute()
+    finally:
+        owner.forget("run_dir", str(out_dir.resolve()))
 
 
 def _copy_scenario(scenario: Scenario, out_dir: Path) -> None:
@@ -184,6 +187,7 @@ class _Run:
     def execute(self) -> RunResult:
         with sigterm_raises():
             try:
+                self._write_run_json()  # "running": what a killed run leaves says so
                 try:
                     check_browsers(self.scenario)  # before anything starts
                 except BrowserError as exc:
@@ -219,9 +223,11 @@ class _Run:
             self._start_sfus()
             self._prepare_signal()
             self._start_all()
+            self._write_run_json()  # the processes, the measured window's start
             self._wait_duration()
             self.status = "ok"
         finally:
+            self._say("stopping")
             self._sched_at_stop()
             self.devices.sample_latency()
             if self.browsers is not None:
@@ -234,6 +240,12 @@ class _Run:
             self._stop_signal_rig()
             self._stop_devices()
             self.sampler.stop()
+
+    def _say(self, what: str) -> None:
+        """One status line (not on a terminal, where the progress bar is): what the
+        run is doing, for scripts and tests that follow it."""
+        if self.progress and not sys.stdout.isatty():
+            print(f"latlab: {self.scenario.name}: {what}", flush=True)
 
     def _start_clock_agents(self) -> None:
         """With hosts of their own clocks, a clock agent per host (lab/clocklab.py)."""
@@ -616,6 +628,7 @@ class _Run:
             "measure_start_monotonic_ns": self.measure_start_ns,
             "measure_end_monotonic_ns": self.measure_end_ns,
             "trace": self.trace,
+            "owner": {"pid": os.getpid(), "journal": owner.current_token()},
             "params": dict(self.scenario.params),
             "hosts": lab["hosts"],
             "clock": self.lab.clocks.describe(self.scenario.host_names()) if self.lab else None,

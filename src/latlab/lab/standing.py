@@ -2,13 +2,14 @@
 
 ``lab up SCENARIO`` creates the scenario's hosts and links (no processes) and leaves
 them up after the command ends. Its namespaces are named for the standing owner
-(``llab-0-HOST``, :data:`~latlab.lab.netns.STANDING_OWNER`), so the stale-lab cleanup
-of later runs never removes them. What it created is written to a state file,
-``lab.json`` in the state directory:
+(``llab-0-HOST``, :data:`~latlab.lab.netns.STANDING_OWNER`). What it created is in its
+journal (:mod:`latlab.lab.owner`), marked ``standing`` once the lab is up, so the cleanup
+of later runs never removes it (a ``lab up`` killed half-way is cleaned up like any run).
+Its state goes to a state file, ``lab.json`` in the state directory:
 
 * ``$LATLAB_STATE_DIR`` if set;
 * else ``/run/latlab`` when running as root;
-* else ``$XDG_RUNTIME_DIR/latlab`` (or ``/tmp/latlab-UID``).
+* else ``$XDG_RUNTIME_DIR/latlab`` (or ``~/.cache/latlab``).
 
 ``lab exec HOST -- CMD`` runs CMD in that host's namespace (``ip netns exec``,
 replacing itself, so stdin/stdout and the exit code are the command's).
@@ -33,6 +34,7 @@ from typing import Any
 
 from latlab import rundir
 from latlab.errors import UserInputError
+from latlab.lab import owner
 from latlab.lab.netns import (
     STANDING_OWNER,
     Lab,
@@ -41,7 +43,7 @@ from latlab.lab.netns import (
     delete_namespace,
     list_namespaces,
     namespace_name,
-    pid_alive,
+    remove_standing,
 )
 from latlab.lab.scenario import load_scenario
 from latlab.lab.signals import signals_deferred, sigterm_raises
@@ -63,7 +65,7 @@ def state_dir() -> Path:
     if os.geteuid() == 0:
         return Path("/run/latlab")
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    return Path(runtime) / "latlab" if runtime else Path(f"/tmp/latlab-{os.getuid()}")
+    return Path(runtime) / "latlab" if runtime else Path.home() / ".cache" / "latlab"
 
 
 def state_path() -> Path:
@@ -120,9 +122,11 @@ def lab_up(scenario_file: Path, out_dir: Path | None = None) -> dict[str, Any]:
         try:
             _refuse_netem_schedules(lab)
             state = _state(lab, scenario_file, scenario.name, out_dir)
+            state["journal"] = str(owner.journal().path)
             state_dir().mkdir(parents=True, exist_ok=True)
             rundir.write_json(state_path(), state)
             rundir.write_json(out_dir / rundir.LAB_STATE_FILE, state)
+            owner.release_standing(state_path())  # from now on only lab down removes it
         except BaseException:
             lab.down()
             raise
@@ -204,10 +208,13 @@ def exec_argv(host: str, command: list[str]) -> list[str]:
 def lab_down() -> dict[str, Any]:
     """Stop the lab's processes, delete its namespaces, remove the state; returns the state."""
     state = require_state()
+    journal = Path(state["journal"]) if state.get("journal") else None
     with signals_deferred():
-        stopped = [_stop_process(p) for p in state.get("processes", [])]
+        stopped = [_stop_process(p) for p in _journal_processes(journal)]
         errors = []
-        for namespace in reversed(state["namespaces"]):
+        if journal is not None:
+            remove_standing(journal)
+        for namespace in reversed(state["namespaces"]):  # a state without a journal
             try:
                 delete_namespace(namespace)
             except LabError as exc:
@@ -222,25 +229,25 @@ def lab_down() -> dict[str, Any]:
     return state
 
 
+def _journal_processes(journal: Path | None) -> list[dict[str, Any]]:
+    """The processes the standing lab's journal lists (its link emulators)."""
+    if journal is None:
+        return []
+    return [p for p in owner.Entries.read(journal).items["process"] if isinstance(p, dict)]
+
+
 def _stop_process(entry: dict[str, Any]) -> str:
-    """SIGTERM a recorded process (if it is still the same program), then SIGKILL."""
-    pid = entry["pid"]
-    if not pid_alive(pid) or _cmdline(pid) != entry.get("cmdline"):
+    """SIGTERM a recorded process (if its pid is still that process: the start time the
+    journal recorded), then SIGKILL."""
+    pid, start = entry.get("pid"), entry.get("start")
+    if not isinstance(pid, int) or not owner.same_process(pid, start):
         return "gone"
     for signum, how in ((signal.SIGTERM, "sigterm"), (signal.SIGKILL, "sigkill")):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
         deadline = time.monotonic() + STOP_GRACE_S
         while time.monotonic() < deadline:
-            if not pid_alive(pid) or _is_zombie(pid):
+            if not owner.same_process(pid, start):
                 return how
-            time.sleep(0.01)
+            time.sleep(0.01)  # polling the process's state, bounded by the deadline
     return "sigkill"
-
-
-def _is_zombie(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat[stat.rindex(")") + 2] == "Z"

@@ -1,0 +1,81 @@
+"""What a JACK server leaves behind: its files in /dev/shm and its slot in JACK's registry.
+
+Used by the devices (a server stopped) and by the cleanup of a killed run's journal
+(:mod:`latlab.lab.owner`): the names come from a journal, never from a guess.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+JACK_SHM_DIR = Path("/dev/shm")
+JACK_REGISTRY = JACK_SHM_DIR / "jack-shm-registry"
+JACK_REGISTRY_RE = re.compile(rb"jack-\d+:(llab-\d+-[A-Za-z0-9_-]+):")
+READY_TIMEOUT_S = 10.0
+STOP_GRACE_S = 3.0
+POLL_S = 0.02
+PROBE_TIMEOUT_S = 5.0
+
+
+def remove_jack_files(server_name: str) -> None:
+    """Remove a JACK server's sockets and semaphores from /dev/shm (if any are left)."""
+    if not JACK_SHM_DIR.is_dir():
+        return
+    for path in JACK_SHM_DIR.iterdir():
+        name = path.name
+        if name.startswith(f"jack_{server_name}_") or (
+            name.startswith("jack_sem.") and f"_{server_name}_" in name
+        ):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def jack_registered(name: str) -> bool:
+    """Whether JACK's shared registry still holds a server of this name.
+
+    A jackd that was killed (SIGKILL) keeps its slot in ``/dev/shm/jack-shm-registry``;
+    JACK has 8 slots and frees one only when a server of the same name starts.
+    """
+    try:
+        data = JACK_REGISTRY.read_bytes()
+    except OSError:
+        return False
+    return name in {m.group(1).decode() for m in JACK_REGISTRY_RE.finditer(data)}
+
+
+def reclaim_jack_registration(name: str) -> None:
+    """Free a dead server's registry slot the JACK way: start a server of that name
+    (JACK reclaims the slot of a dead owner), wait until it answers, stop it (SIGTERM
+    unregisters it)."""
+    env = {**os.environ, "JACK_NO_START_SERVER": "1", "JACK_DEFAULT_SERVER": name}
+    argv = ["jackd", "--name", name, "--no-realtime", "-d", "dummy", "-p", "1024"]
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, env=env) as server:  # fmt: skip
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while server.poll() is None and time.monotonic() < deadline:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                probe = subprocess.run(["jack_lsp", "-s", name], env=env, capture_output=True,
+                                       timeout=PROBE_TIMEOUT_S)  # fmt: skip
+                if probe.returncode == 0:
+                    break
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                server.wait(POLL_S)
+        server.terminate()
+        try:
+            server.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            server.kill()
+    remove_jack_files(name)
+
+
+def remove_jack_server(name: str) -> None:
+    """What a killed JACK server of latlab's left: its files, its registry slot."""
+    remove_jack_files(name)
+    if shutil.which("jackd") and jack_registered(name):
+        reclaim_jack_registration(name)
