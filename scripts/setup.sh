@@ -37,7 +37,7 @@ MIN_GO=1.24  # livekit-server 1.9.12's go.mod
 MIN_GO_LOADGEN=1.26.8  # loadgen/go.mod (livekit/server-sdk-go v2.19 needs it)
 LOADGEN=build/loadgen/latlab-loadgen
 
-log() { printf '\033[1msetup:\033[0m %s\n' "$*"; }
+log() { printf '\033[1msetup:\033[0m %s (at %d s)\n' "$*" "$SECONDS"; }
 
 missing_packages() {
     local pkg

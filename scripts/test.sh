@@ -5,7 +5,7 @@
 # in network namespaces, audio servers, Chromium).
 #
 #   bash scripts/test.sh            everything (what CI runs)
-#   bash scripts/test.sh --fast     lint and the fast tier only (about a minute)
+#   bash scripts/test.sh --fast     lint and the fast tier only (about two minutes)
 #   bash scripts/test.sh -- ARGS    everything, ARGS passed to every pytest run
 #
 # The end-to-end tier runs in two parts: tests whose figures tolerate a busy machine run
@@ -22,7 +22,9 @@ if [ "${1:-}" = "--fast" ]; then
 fi
 [ "${1:-}" = "--" ] && shift
 
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# each step says how long the run has taken so far (SECONDS: bash's own count)
+step() { printf '\n\033[1m== %s\033[0m (at %d s)\n' "$*" "$SECONDS"; }
+trap 'printf "\n== ended after %d s\n" "$SECONDS"' EXIT
 
 step "ruff, import layers"
 .venv/bin/ruff check .
@@ -36,10 +38,12 @@ step "go vet, gofmt, go test (loadgen/)"
 (cd loadgen && go vet ./... && [ -z "$(gofmt -l . | tee /dev/stderr)" ] && go test ./...)
 
 step "fast tier"
-.venv/bin/pytest -q -m "not e2e" "$@"
+.venv/bin/pytest -q -m "not e2e" -n 2 "$@"
 [ "$fast_only" = 1 ] && exit 0
 
+# the slowest tests of each tier are listed at its end: where CI's minutes go
+slowest=(--durations=15 --durations-min=10)
 step "end-to-end tier, two at a time"
-.venv/bin/pytest -q -m "e2e and not exclusive" -n 2 "$@"
+.venv/bin/pytest -q -m "e2e and not exclusive" -n 2 "${slowest[@]}" "$@"
 step "end-to-end tier, one at a time"
-.venv/bin/pytest -q -m "e2e and exclusive" "$@"
+.venv/bin/pytest -q -m "e2e and exclusive" "${slowest[@]}" "$@"

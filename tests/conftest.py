@@ -114,9 +114,23 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 SPREAD_MODULES = frozenset({"test_e2e_scenarios"})
 
 
-# Tests that hold a WebRTC call between two Chromium processes: two of them at once would
-# load both cores with four browsers encoding audio, so they share one worker.
-BROWSER_CALL_MODULES = frozenset({"test_browser_lab", "test_gst_peer", "test_sfu_quality"})
+# Tests that hold a WebRTC call between Chromium processes (or through an SFU): two of
+# them at once would load both cores with four or more browsers encoding media, and
+# their sub-millisecond figures (a sink's send return, an SFU's dwell) would measure the
+# contention, so they share one worker.
+BROWSER_CALL_MODULES = frozenset({
+    "test_browser_lab", "test_gst_peer", "test_sfu_quality", "test_blackbox_browser",
+    "test_latlab_sfu", "test_sfu_janus", "test_sfu_livekit", "test_e2e_browser_receiver",
+})  # fmt: skip
+# Shipped scenarios (test_e2e_scenarios) with such a call or an SFU under load
+BROWSER_CALL_WORDS = ("webrtc", "sfu-")
+
+# Tests that start JACK servers or remove a killed run's (its /dev/shm files and its slot
+# in JACK's shared registry): a registry edited while another jackd starts makes that
+# jackd exit 255 (seen: thesis-suite beside the crash drill), so they share one worker.
+JACK_MODULES = frozenset({"test_devices", "test_crash_drill", "test_lab_ownership"})
+JACK_WORDS = ("jack", "thesis-suite")
+JACK_GROUP = "jack-servers"
 BROWSER_CALL_GROUP = "browser-calls"
 
 
@@ -128,9 +142,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError("the xdist groups need pytest < 9 (pyproject.toml says why)")
     for item in items:
         module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        browsers = any(word in item.name for word in ("webrtc", "sfu-janus", "sfu-livekit"))
+        browsers = any(word in item.name for word in BROWSER_CALL_WORDS)
+        jack = any(word in item.name for word in JACK_WORDS)
         if module in BROWSER_CALL_MODULES or (module in SPREAD_MODULES and browsers):
             item.add_marker(pytest.mark.xdist_group(BROWSER_CALL_GROUP))
+        elif module in JACK_MODULES or (module in SPREAD_MODULES and jack):
+            item.add_marker(pytest.mark.xdist_group(JACK_GROUP))
         elif module not in SPREAD_MODULES:
             item.add_marker(pytest.mark.xdist_group(module))
 

@@ -29,6 +29,14 @@ STATS = ("count", "min_ms", "mean_ms", "p50_ms", "p90_ms", "p99_ms", "p999_ms", 
 SEND_RETURN_MS = 0.5
 CLOCK_WAIT_EARLY_MS = 0.1
 RUN_S = 3
+# Probes whose times are whole page milliseconds, centred (docs/webrtc.md: a video
+# receiver's source entry, +0.5 ms): a segment ending or starting at one is known to
+# +-0.5 ms, so its earliest unit may read that much below 0.
+WHOLE_MS_PROBES = ("/decoded", "/decode-start")
+WHOLE_MS_ERROR_MS = 0.5
+# Shipped scenarios whose links step late in the run cannot be cut to RUN_S: the test
+# named runs them (reduced) instead; here they must still load as shipped.
+RUN_ELSEWHERE = {"sfu-quality": "tests/test_sfu_quality.py (its links step at 30 and 38 s)"}
 
 
 def check_contract(summary: dict[str, Any], unit_ms: float = 10.0) -> None:
@@ -58,14 +66,17 @@ def check_contract(summary: dict[str, Any], unit_ms: float = 10.0) -> None:
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
 def test_shipped_scenario_runs(path: Path, tmp_path: Path) -> None:
+    if path.stem in RUN_ELSEWHERE:
+        assert expand_sweep(load_scenario(path))  # every point valid as shipped
+        pytest.skip(f"run by {RUN_ELSEWHERE[path.stem]}")
     scenario = load_scenario(path).with_duration(RUN_S)
     if scenario.sweep:  # a test matrix: its first point stands for it here
         scenario = expand_sweep(scenario)[0].scenario
     out = tmp_path / "run"
     run_scenario(scenario, out, progress=False)
     summary, _, _ = analyze_run(out, scenario.analysis.unit_ms)
-    if scenario.rooms:  # browsers through an SFU: its segment (docs/sfu.md), no streams yet
-        check_forwarding(summary)
+    if scenario.rooms or scenario.loads:  # through an SFU: its segment (docs/sfu.md)
+        check_forwarding(summary, {s.server for s in scenario.sfus})
     else:
         check_contract(summary, scenario.analysis.unit_ms)
         check_contract(json.loads((out / "summary.json").read_text()), scenario.analysis.unit_ms)
@@ -79,11 +90,24 @@ def test_shipped_scenario_runs(path: Path, tmp_path: Path) -> None:
     check_rendered(page, expected_charts(json.loads((out / "summary.json").read_text())))
 
 
-def check_forwarding(summary: dict[str, Any]) -> None:
+# latlab-sfu gives a subscriber of a simulcast room str0m's bandwidth estimator, which
+# pads every leg to 50 kbit/s and probes with RTX streams of its own (docs/sfu.md): a
+# third to a half of its egress packets in a 3 s run, no ingress packet behind them.
+# There, every packet a subscriber should have got must be found leaving instead.
+SFUS_WITH_OWN_STREAMS = {"latlab"}
+NOT_FORWARDED_MAX = 0.05
+
+
+def check_forwarding(summary: dict[str, Any], servers: set[str]) -> None:
     """A room through an SFU: its host's capture matched what it forwarded."""
     assert summary["schema"] == "latlab.summary/1"
     for box in summary["forwarding"].values():
-        assert box["forwarded"] > 0 and box["match_rate"] >= 0.95, box
+        assert box["forwarded"] > 0 and box["matched"] > 0, box
+        if servers & SFUS_WITH_OWN_STREAMS:
+            rate = (box.get("not_forwarded") or {}).get("rate")
+            assert rate is not None and rate <= NOT_FORWARDED_MAX, box.get("not_forwarded")
+        else:
+            assert box["match_rate"] >= 0.95, box
         assert not box["problems"]
 
 
@@ -102,7 +126,10 @@ def check_stream(stream: dict, lossless: bool, unit_ms: float) -> None:
             # log), so only the typical unit must not be early
             assert seg["p50_ms"] >= 0, f"negative segment {seg['from']} -> {seg['to']}"
         elif seg["kind"] in ("processing", "queue", "jitterbuffer", "playout"):
-            assert seg["min_ms"] >= 0, f"negative segment {seg['from']} -> {seg['to']}"
+            ends = (seg["from"], seg["to"])
+            whole_ms = any(e.endswith(WHOLE_MS_PROBES) for e in ends)
+            floor = -WHOLE_MS_ERROR_MS if whole_ms else 0.0
+            assert seg["min_ms"] >= floor, f"negative segment {seg['from']} -> {seg['to']}"
         elif seg["kind"] == "network":
             # A network sink's render time is when its send call returned; the receiver
             # often reads the packet before that (docs/architecture.md, known limits).
