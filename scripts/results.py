@@ -114,6 +114,11 @@ RESULTS: tuple[Result, ...] = (
         timeout_s=1800,
     ),
     _run(
+        "sfu-cost-repeat",
+        "Cost per forwarded packet of the three SFUs, three interleaved rounds.",
+        timeout_s=1200,
+    ),
+    _run(
         "sfu-quality",
         "The SFU study's quality matrix through Janus and LiveKit (docs/sfu.md).",
         timeout_s=4800,

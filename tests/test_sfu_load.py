@@ -6,10 +6,16 @@ from __future__ import annotations
 import io
 from typing import Any
 
+import pytest
 from rich.console import Console
 
-from latlab.analysis.sfu_load import knee, load_rows
-from latlab.report.sfu_load import knee_lines, sfu_comparison_table, sfu_load_table
+from latlab.analysis.sfu_load import knee, load_rows, repeats
+from latlab.report.sfu_load import (
+    knee_lines,
+    sfu_comparison_table,
+    sfu_load_table,
+    sfu_repeat_table,
+)
 
 
 def _point(pubs: int, out_per_s: float, p99: float, not_fwd: float, busy: float,
@@ -105,3 +111,33 @@ def test_two_sfus_compared_at_the_heaviest_load_both_kept_up_with() -> None:
     text = out.getvalue()
     assert "janus" in text and "livekit" in text and "60.0" in text and "90.0" in text
     assert "none" in text and "8000" in text
+
+
+def test_repeated_runs_of_one_load_give_each_sfus_spread_and_no_knee() -> None:
+    """Three rounds of one load per SFU (a ``round`` sweep variable): medians and spreads
+    known from the planted costs; rounds are not a load curve, so no knee."""
+    points = []
+    for server, costs in (("janus", (30.0, 33.0, 36.0)), ("latlab", (10.0, 10.5, 11.0))):
+        for k, cpu_us in enumerate(costs, start=1):
+            point = _point(8, 3000 + k, 1.0 + k, 0.0, 60.0, server=server, cpu_us=cpu_us)
+            point["values"] = {"round": k, "sfu": server}
+            point["name"] = f"round={k},sfu={server}"
+            points.append(point)
+    sweep = {"name": "r", "sweep": {"variables": {"round": [1, 2, 3], "sfu": ["janus", "latlab"]}},
+             "points": points}  # fmt: skip
+    found = {r["server"]: r for r in repeats(load_rows(points))}
+    assert set(found) == {"janus", "latlab"} and found["janus"]["runs"] == 3
+    assert found["janus"]["cpu_us"]["median"] == 33.0
+    assert found["janus"]["cpu_us"]["spread"] == pytest.approx(6 / 33)
+    assert found["latlab"]["cpu_us"]["spread"] == pytest.approx(1 / 10.5)
+    assert found["latlab"]["syscalls"]["spread"] == 0.0
+    assert (
+        found["janus"]["dwell_p99_ms"]["min"] == 2.0
+        and found["janus"]["dwell_p99_ms"]["max"] == 4.0
+    )
+    assert knee_lines(sweep) == []
+    out = io.StringIO()
+    Console(file=out, width=80, force_terminal=False).print(sfu_repeat_table(sweep))
+    text = out.getvalue()
+    assert "33.0" in text and "18.2" in text and "10.5" in text and "9.5" in text
+    assert sfu_repeat_table({"points": points[:1]}) is None

@@ -14,6 +14,9 @@ Ordered by the packets the SFU sent per second, a point is **saturated** when
 * the light subscribers lost more than ``MAX_SUBSCRIBER_LOSS`` of what they expected.
 
 The knee lies between the last point before the first saturated one and that point.
+A sweep variable named in ``REPEAT_KEYS`` (``round``, ``repeat``) only runs a point
+again: points that differ in it alone are one load, and :func:`repeats` gives each SFU's
+spread over them (how well its cost per packet repeats from run to run).
 What limited it is read at the first saturated point: **the machine** when all its CPUs
 were at least ``BUSY_SHARE`` busy (then whichever of the SFU and the load generators used
 more CPU is named beside it), else **the SFU** (the machine had room: the SFU itself
@@ -30,6 +33,8 @@ DWELL_P99_FACTOR = 4.0
 DWELL_P99_MIN_GROWTH_MS = 5.0
 MAX_SUBSCRIBER_LOSS = 0.01
 BUSY_SHARE = 0.9
+REPEAT_KEYS = frozenset({"round", "repeat"})
+REPEATED = ("cpu_us", "context_switches", "syscalls")  # per-packet costs compared
 
 
 def load_rows(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -102,9 +107,10 @@ def by_server(rows: Sequence[Mapping[str, Any]]) -> dict[str | None, list[Mappin
 
 
 def knee(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """Where the SFU stopped keeping up, and what limited it (None without rows); the
-    rows are one server's, in load order (:func:`by_server`)."""
-    if not rows:
+    """Where the SFU stopped keeping up, and what limited it (None without rows, or when
+    they are runs of one load: no curve); the rows are one server's, in load order
+    (:func:`by_server`)."""
+    if not rows or (len(rows) > 1 and len({load_key(r) for r in rows}) == 1):
         return None
     baseline = rows[0]
     for i, row in enumerate(rows):
@@ -138,9 +144,41 @@ def limited_by(row: Mapping[str, Any]) -> str:
 
 
 def load_key(row: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    """A point's load: its sweep values less the one that names its server."""
+    """A point's load: its sweep values less the one that names its server and those
+    that only repeat it (``REPEAT_KEYS``)."""
     values = row["values"]
-    return tuple(sorted((k, str(v)) for k, v in values.items() if v != row.get("server")))
+    return tuple(sorted((k, str(v)) for k, v in values.items()
+                        if v != row.get("server") and k not in REPEAT_KEYS))  # fmt: skip
+
+
+def repeats(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per SFU server and load run more than once: each per-packet cost's median, range
+    and spread ((max - min) / median) over the runs, and the dwell p99's; in order of
+    server, then load."""
+    runs: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        runs.setdefault((row.get("server") or "", load_key(row)), []).append(row)
+    out = []
+    for (server, load), group in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        if len(group) < 2:
+            continue
+        costs = [next(iter(r["costs"].values()), {}).get("per_packet") or {} for r in group]
+        figures = {key: _spread([c.get(key) for c in costs]) for key in REPEATED}
+        figures["dwell_p99_ms"] = _spread([r["dwell"].get("p99_ms") for r in group])
+        out.append({"server": server or None, "load": load, "runs": len(group),
+                    "points": [r["point"] for r in group], **figures})  # fmt: skip
+    return out
+
+
+def _spread(values: Sequence[float | None]) -> dict[str, float] | None:
+    """Median, min, max and (max - min) / median of the values (None if one is missing)."""
+    if not values or any(v is None for v in values):
+        return None
+    ordered = sorted(float(v) for v in values if v is not None)
+    n = len(ordered)
+    median = (ordered[(n - 1) // 2] + ordered[n // 2]) / 2
+    spread = (ordered[-1] - ordered[0]) / median if median else None
+    return {"median": median, "min": ordered[0], "max": ordered[-1], "spread": spread}
 
 
 def matched_load(

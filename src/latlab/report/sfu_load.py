@@ -8,7 +8,14 @@ from typing import Any
 
 from rich import box
 
-from latlab.analysis.sfu_load import by_server, knee, load_key, load_rows, matched_load
+from latlab.analysis.sfu_load import (
+    by_server,
+    knee,
+    load_key,
+    load_rows,
+    matched_load,
+    repeats,
+)
 from latlab.report.fit import FitTable
 
 PER_PACKET = (("cpu_us", "CPU µs\n/pkt", 1), ("context_switches", "cs\n/pkt", 2),
@@ -127,3 +134,41 @@ def sfu_comparison_table(sweep: Mapping[str, Any]) -> FitTable | None:
     )
     table.caption_justify = "left"
     return table
+
+
+def sfu_repeat_table(sweep: Mapping[str, Any]) -> FitTable | None:
+    """How each SFU's cost per packet repeats over runs of one load (a ``round`` or
+    ``repeat`` sweep variable): median and spread. None unless some load ran twice."""
+    found = repeats(load_rows(sweep.get("points", [])))
+    if not found:
+        return None
+    table = FitTable(title="SFU cost per forwarded packet over repeated runs",
+                     title_justify="left", header_style="bold", box=box.SIMPLE_HEAD,
+                     pad_edge=False, padding=(0, 1, 0, 0), show_edge=False)  # fmt: skip
+    headers = ["SFU", "load", "runs", *(label for _, label, _ in PER_PACKET),
+               "spread\n%", "dwell p99\nmin-max"]  # fmt: skip
+    drops = [None, 2, 2, None, None, None, None, 1]
+    for i, header in enumerate(headers):
+        table.add_column(header, justify="left" if i < 2 else "right", fold=i < 2, drop=drops[i])
+    for rep in found:
+        cells = [_median(rep[key], digits) for key, _, digits in PER_PACKET]
+        spreads = [rep[key]["spread"] for key, _, _ in PER_PACKET if rep[key]]
+        worst = max((s for s in spreads if s is not None), default=None)
+        dwell = rep["dwell_p99_ms"]
+        table.add_row(str(rep["server"] or "-"), ", ".join(f"{k}={v}" for k, v in rep["load"])
+                      or "one load", str(rep["runs"]), *cells, _pct1(worst),
+                      f"{dwell['min']:.2f}-{dwell['max']:.2f}" if dwell else "-")  # fmt: skip
+    table.caption = (
+        "per packet: the median over the runs of one load (perf, idle baseline off); "
+        "spread: the largest of the three costs' (max - min) / median; dwell: ms"
+    )
+    table.caption_justify = "left"
+    return table
+
+
+def _median(figure: Mapping[str, float] | None, digits: int) -> str:
+    return "-" if figure is None else f"{figure['median']:.{digits}f}"
+
+
+def _pct1(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}"

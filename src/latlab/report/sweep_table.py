@@ -11,7 +11,12 @@ from rich.text import Text
 from latlab.report.fit import FitTable, emit
 from latlab.report.quality import comparison_table as quality_comparison_table
 from latlab.report.quality import matrix_tables as quality_matrix_tables
-from latlab.report.sfu_load import knee_lines, sfu_comparison_table, sfu_load_table
+from latlab.report.sfu_load import (
+    knee_lines,
+    sfu_comparison_table,
+    sfu_load_table,
+    sfu_repeat_table,
+)
 from latlab.stitch.kinds import ordered
 
 LABELS = {"jitterbuffer": "jitter\nbuffer", "sink-wait": "sink\nwait"}
@@ -193,9 +198,9 @@ def render_sweep(sweep: dict[str, Any], console: Console, *, wide: bool = False)
         emit(console, sfu, wide=wide)
         for line in knee_lines(sweep):
             console.print(line, highlight=False, markup=False, soft_wrap=True)
-    compared = sfu_comparison_table(sweep)
-    if compared is not None:
-        emit(console, compared, wide=wide)
+    for table in (sfu_comparison_table(sweep), sfu_repeat_table(sweep)):
+        if table is not None:
+            emit(console, table, wide=wide)
     for table in quality_matrix_tables(sweep):
         emit(console, table, wide=wide)
     side_by_side = quality_comparison_table(sweep)
