@@ -608,28 +608,36 @@ impl Sfu {
                 continue;
             };
             peer.kicked = false;
-            if peer.dead {
-                continue;
+            if !peer.dead {
+                self.timeout(idx, now);
             }
-            self.counts.timer_inputs += 1;
-            let rtc = &mut peer.rtc;
-            match catch_unwind(AssertUnwindSafe(|| rtc.handle_input(Input::Timeout(now)))) {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    self.counts.rtc_errors += 1;
-                    log::debug!("{}: timeout: {e}", peer.name);
-                }
-                Err(_) => {
-                    self.counts.panics += 1;
-                    log::error!("{}: str0m panicked on a timeout; peer dropped", peer.name);
-                    peer.dead = true;
-                    continue;
-                }
-            }
-            peer.dirty = true;
-            self.drain(idx);
-            self.settle();
         }
+    }
+
+    /// Hands peer `idx` a timeout (str0m's clock) and drains what it then wants to send;
+    /// a panic in str0m drops the peer.
+    fn timeout(&mut self, idx: usize, now: Instant) {
+        let Some(peer) = self.peers[idx].as_mut() else {
+            return;
+        };
+        self.counts.timer_inputs += 1;
+        let rtc = &mut peer.rtc;
+        match catch_unwind(AssertUnwindSafe(|| rtc.handle_input(Input::Timeout(now)))) {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                self.counts.rtc_errors += 1;
+                log::debug!("{}: timeout: {e}", peer.name);
+            }
+            Err(_) => {
+                self.counts.panics += 1;
+                log::error!("{}: str0m panicked on a timeout; peer dropped", peer.name);
+                peer.dead = true;
+                return;
+            }
+        }
+        peer.dirty = true;
+        self.drain(idx);
+        self.settle();
     }
 
     fn transmit(&mut self, idx: usize, dest: SocketAddr, data: &[u8]) {
@@ -726,24 +734,7 @@ impl Sfu {
                     continue;
                 }
                 any = true;
-                self.counts.timer_inputs += 1;
-                let rtc = &mut peer.rtc;
-                match catch_unwind(AssertUnwindSafe(|| rtc.handle_input(Input::Timeout(now)))) {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => {
-                        self.counts.rtc_errors += 1;
-                        log::debug!("{}: timeout: {e}", peer.name);
-                    }
-                    Err(_) => {
-                        self.counts.panics += 1;
-                        log::error!("{}: str0m panicked on a timeout; peer dropped", peer.name);
-                        peer.dead = true;
-                        continue;
-                    }
-                }
-                peer.dirty = true;
-                self.drain(idx);
-                self.settle();
+                self.timeout(idx, now);
             }
             if !any {
                 break;

@@ -44,7 +44,7 @@ from typing import Any
 
 from latlab.errors import MeasurementError
 from latlab.lab import owner
-from latlab.lab.jackfiles import remove_jack_files
+from latlab.lab.jackfiles import registry_full_hint, remove_jack_server
 from latlab.lab.scenario import Device
 
 READY_TIMEOUT_S = 10.0
@@ -158,12 +158,16 @@ class AudioServer:
             if self.popen.poll() is not None:
                 raise DeviceError(
                     f"{self.label} failed to start (exit code {self.popen.returncode}): "
-                    f"{self.log_tail()}"
+                    f"{self.log_tail()}{self.failure_hint()}"
                 )
             if time.monotonic() > deadline:
                 raise DeviceError(f"{self.label} not ready after {READY_TIMEOUT_S:g} s")
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.popen.wait(POLL_S)
+
+    def failure_hint(self) -> str:
+        """What else explains a failed start (none by default)."""
+        return ""
 
     def died(self) -> bool:
         """Whether the server ended while it should be running."""
@@ -270,8 +274,13 @@ class JackServer(AudioServer):
         return first[0] if first else ""
 
     def remove_files(self) -> None:
-        remove_jack_files(self.name)
+        """Its files, and its registry slot if it kept one (a jackd that was killed, not
+        stopped, keeps it: JACK's 8 slots would fill up); then off the journal."""
+        remove_jack_server(self.name)
         owner.forget("jack", self.name)
+
+    def failure_hint(self) -> str:
+        return registry_full_hint()
 
 
 class PulseServer(AudioServer):

@@ -17,6 +17,8 @@ from pathlib import Path
 JACK_SHM_DIR = Path("/dev/shm")
 JACK_REGISTRY = JACK_SHM_DIR / "jack-shm-registry"
 JACK_REGISTRY_RE = re.compile(rb"jack-\d+:(llab-\d+-[A-Za-z0-9_-]+):")
+ANY_REGISTRATION_RE = re.compile(rb"jack-\d+:([^:\x00]+):")
+JACK_MAX_SERVERS = 8  # the slots of JACK's server registry (JACK_MAX_SERVERS in jack2)
 READY_TIMEOUT_S = 10.0
 STOP_GRACE_S = 3.0
 POLL_S = 0.02
@@ -47,6 +49,24 @@ def jack_registered(name: str) -> bool:
     except OSError:
         return False
     return name in {m.group(1).decode() for m in JACK_REGISTRY_RE.finditer(data)}
+
+
+def registry_full_hint() -> str:
+    """A sentence naming the servers in JACK's registry when all its slots are taken
+    (a new server then exits 255 saying little), else ''."""
+    try:
+        data = JACK_REGISTRY.read_bytes()
+    except OSError:
+        return ""
+    names = sorted(
+        {m.group(1).decode(errors="replace") for m in ANY_REGISTRATION_RE.finditer(data)}
+    )
+    if len(names) < JACK_MAX_SERVERS:
+        return ""
+    return (
+        f"; JACK's server registry ({JACK_REGISTRY}) is full: {', '.join(names)} "
+        "(a killed jackd keeps its slot until a server of its name starts again)"
+    )
 
 
 def reclaim_jack_registration(name: str) -> None:
