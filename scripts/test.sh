@@ -35,7 +35,10 @@ cargo fmt --all -- --check
 cargo clippy --workspace --release --quiet --all-targets -- -D warnings
 cargo test --workspace --release --quiet
 step "go vet, gofmt, go test (loadgen/)"
-(cd loadgen && go vet ./... && [ -z "$(gofmt -l . | tee /dev/stderr)" ] && go test ./...)
+# (gofmt's findings go to stderr by a shell redirect: `tee /dev/stderr` reopened the
+# file stderr pointed to and truncated a log that caught both streams)
+(cd loadgen && go vet ./... && unformatted="$(gofmt -l .)" &&
+    { [ -z "$unformatted" ] || { echo "gofmt: $unformatted" >&2; false; }; } && go test ./...)
 
 step "fast tier"
 .venv/bin/pytest -q -m "not e2e" -n 2 "$@"
