@@ -16,6 +16,7 @@ anchor), largest over the units: ``clock_err_ns``.
 from __future__ import annotations
 
 import itertools
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -54,12 +55,29 @@ FLAG_SHARE = 0.1
 MEDIA_SLACK_NS = 50_000
 
 
+# The domain of a clock whose machine is not named: a link log's, a browser page's
+# (mapped onto CLOCK_MONOTONIC), a trace without a hostname. In a run of one machine it is
+# that machine's clock (:func:`machine_domain`).
+HOSTLESS = "monotonic@localhost"
+
+
+def machine_domain(table: EventTable, meta: dict[str, Any]) -> str:
+    """The clock domain of the machine that recorded the run: run.json's, else the one
+    its traces name most (a run of one machine: every trace names it), else HOSTLESS."""
+    named = [p.clock_domain for p in table.processes if p.hostname]
+    if (meta.get("clock") or {}).get("domain"):
+        return str(meta["clock"]["domain"])
+    return Counter(named).most_common(1)[0][0] if named else HOSTLESS
+
+
 def process_domains(table: EventTable, meta: dict[str, Any] | None) -> dict[str, str]:
     """The clock domain of each traced process, by process name (run.json's, else the
-    trace's own ``monotonic@HOSTNAME``)."""
+    trace's own ``monotonic@HOSTNAME``; a process that names no machine, such as a link
+    log, is on the run's machine)."""
     meta = meta or {}
     by_file = process_clock_domains(meta)
-    default = (meta.get("clock") or {}).get("domain")
+    declared = (meta.get("clock") or {}).get("domain")
+    default = machine_domain(table, meta)
     link_domain = next(
         (str(link["clock_domain"]) for link in meta.get("links") or []
          if isinstance(link, dict) and link.get("clock_domain")),
@@ -70,7 +88,8 @@ def process_domains(table: EventTable, meta: dict[str, Any] | None) -> dict[str,
         if p.kind == "link" and link_domain:
             found[p.name] = link_domain
         else:
-            found[p.name] = by_file.get(p.path.name) or default or p.clock_domain
+            own = p.clock_domain if p.hostname else default
+            found[p.name] = by_file.get(p.path.name) or declared or own
     return found
 
 
@@ -289,9 +308,7 @@ class Aligner:
         self.run_dir = Path(run_dir)
         self.meta = meta or {}
         self.domains = process_domains(table, self.meta)
-        self.default = (self.meta.get("clock") or {}).get("domain") or next(
-            iter(self.domains.values()), "monotonic@localhost"
-        )
+        self.default = machine_domain(table, self.meta)
         self.cmap: ClockMap | None = None
 
     def __call__(self, journeys: Sequence[Journeys]) -> list[tuple[Journeys, StreamClock | None]]:
