@@ -64,7 +64,16 @@ def check_contract(summary: dict[str, Any], unit_ms: float = 10.0) -> None:
         assert sum(s["mean_ms"] for s in segments) == pytest.approx(e2e["mean_ms"], abs=0.01)
 
 
-@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+# Scenarios that encode video in software (x264, x265 on two cores) run alone: beside a
+# browser test a sender's capture lagged by up to 0.75 s and 4 of 90 units completed
+ALONE = ("srt-",)
+PARAMS = [
+    pytest.param(p, marks=[pytest.mark.exclusive] if p.stem.startswith(ALONE) else [])
+    for p in SCENARIOS
+]
+
+
+@pytest.mark.parametrize("path", PARAMS, ids=[p.stem for p in SCENARIOS])
 def test_shipped_scenario_runs(path: Path, tmp_path: Path) -> None:
     if path.stem in RUN_ELSEWHERE:
         assert expand_sweep(load_scenario(path))  # every point valid as shipped
