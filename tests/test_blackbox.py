@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -101,6 +102,27 @@ def test_sample_times_follow_cycles_and_leave_gaps_unknown() -> None:
     # not at the end of the previous one (which the xrun put 20 ms earlier)
     early = log.sample_times(np.array([959.8]))
     np.testing.assert_allclose(early, [1e9 + 40 * MS - 0.2 / 48000 * 1e9])
+
+
+def test_a_pushed_buffer_times_each_unit_at_its_push_and_samples_within_their_unit() -> None:
+    # GStreamer pushes 20 ms Opus buffers at 1000 ms and 1030 ms; the probes time both
+    # 10 ms units of a buffer at its push, so a code 12 ms into the first buffer (2 ms
+    # into its second unit) reached the branch at 1002 ms, not 1012 ms
+    log = RigLog(Path("out (trace)"), 48000, np.array([0, 960]), np.array([1e9, 1e9 + 30 * MS]),
+                 np.array([960, 960]), 0, pushed=True)  # fmt: skip
+    units = log.per_unit(10 * MS)
+    assert units.position.tolist() == [0, 480, 960, 1440]
+    assert units.nframes.tolist() == [480] * 4
+    times = units.sample_times(np.array([0.0, 576.0, 960.0, 1500.0]))
+    np.testing.assert_allclose(times, [1e9, 1e9 + 2 * MS, 1e9 + 30 * MS, 1e9 + 31.25 * MS])
+    # a buffer shorter than a unit stays whole; a device's cycles play in real time
+    short = RigLog(
+        Path("out"), 48000, np.array([0]), np.array([0.0]), np.array([240]), 0, pushed=True
+    )
+    assert short.per_unit(10 * MS).nframes.tolist() == [240]
+    device = replace(log, pushed=False)
+    assert device.per_unit(10 * MS) is device
+    assert device.sample_times(np.array([576.0]))[0] == pytest.approx(1e9 + 12 * MS)
 
 
 def test_delivery_times_take_the_low_envelope_of_the_reads_and_follow_a_step() -> None:

@@ -87,6 +87,29 @@ class RigLog:
     nframes: np.ndarray
     xruns: int
     recording: str | None = None
+    pushed: bool = False  # blocks are buffers pushed at once (GStreamer), not device cycles
+
+    def per_unit(self, unit_ns: int) -> RigLog:
+        """A pushed log cut into blocks of one unit each, every one at its buffer's push.
+
+        The probes time every unit of a buffer at its push, so a sample's instant at a
+        GStreamer end is its buffer's push plus its offset within its unit, not within
+        the buffer: a code in the second half of a 20 ms Opus buffer reached the
+        recording branch with the first half, not 10 ms later. Device cycles, which play
+        their samples in real time, stay as they are.
+        """
+        frames = round(unit_ns * self.rate / 1e9)
+        if not self.pushed or frames <= 0 or not len(self.nframes):
+            return self
+        parts = np.maximum(1, -(-self.nframes // frames))
+        block = np.repeat(np.arange(len(parts)), parts)
+        within = (np.arange(int(parts.sum())) - np.repeat(np.cumsum(parts) - parts, parts)) * frames
+        return replace(
+            self,
+            position=self.position[block] + within,
+            cycle_ns=self.cycle_ns[block],
+            nframes=np.minimum(frames, self.nframes[block] - within),
+        )
 
     def sample_times(self, positions: np.ndarray) -> np.ndarray:
         """CLOCK_MONOTONIC ns of (fractional) file positions; NaN outside the logged cycles.
@@ -483,6 +506,7 @@ def _source_log(table: EventTable, probe: Probe, rate: int, run_dir: Path) -> Ri
         cycle_ns=t_ns[timed][order].astype(np.float64),
         nframes=np.round(duration[timed][order] * (rate / 1e9)).astype(np.int64),
         xruns=0,
+        pushed=True,
     )
 
 
@@ -507,6 +531,7 @@ def _sink_log(table: EventTable, probe: Probe, run_dir: Path) -> RigLog:
         cycle_ns=t_ns[order].astype(np.float64),
         nframes=frames,
         xruns=0,
+        pushed=True,
     )
 
 
@@ -654,6 +679,8 @@ def black_box_summary(
     sent = read_sent_codes(signal_dir)  # first: without them nothing else matters
     ends = SignalEnds.from_run(meta or {})
     inject, record, probes = rig_logs(run_dir, ends, table, sent.rate)
+    unit_ns = next((j.unit_ns for j in journeys if j.media == "audio"), 0)
+    inject, record = inject.per_unit(unit_ns), record.per_unit(unit_ns)
     delays = code_delays(signal_dir, sent, inject, record)
     inject_ns = delays.inject_ns
     counted = np.isfinite(inject_ns)

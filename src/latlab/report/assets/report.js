@@ -9,6 +9,7 @@
   const KIND = {capture: '#8c564b', processing: '#1f77b4', queue: '#9467bd', network: '#2ca02c',
     jitterbuffer: '#ff7f0e', playout: '#d62728', other: '#7f7f7f', end_to_end: '#2f4b7c'};
   const FONT = '11px system-ui, sans-serif';
+  const FEW_POINTS = 60;  // below this many points a scatter draws big markers
   const color = (i) => (i < PALETTE.length ? PALETTE[i] : `hsl(${(i * 137.5) % 360},60%,42%)`);
   const lookup = (path) => path.split('.').reduce((o, k) => (o == null ? o : o[k]), DATA);
 
@@ -306,7 +307,8 @@
     e2e(fig, d) {
       const p = new Plot(fig);
       p.frame(range([d.x]), range([d.y]), 's since the run started', 'end to end ms');
-      p.points(d.x, d.y, KIND.end_to_end, 2);
+      // a stream of a few units (a simulcast layer used briefly) gets markers one can see
+      p.points(d.x, d.y, KIND.end_to_end, d.x.length < FEW_POINTS ? 6 : 2);
       p.readout((x, y) => `${fmt(x)} s, ${fmt(y)} ms`);
     },
     loss(fig, d) {
