@@ -18,6 +18,8 @@ import pytest
 from latlab import rundir
 from latlab.lab.scenario import parse_scenario
 from latlab.lab.sfu import ROOM, VIDEOROOM
+from latlab.pipeline import analysis_of
+from latlab.stitch.position import MISSING
 from tests.conftest import latlab
 
 pytestmark = [
@@ -165,7 +167,6 @@ def test_each_frame_is_followed_through_janus_to_every_subscriber(room_run: Path
     audio journeys' forwarding segment is the capture's dwell of that leg, packet for
     packet."""
     summary = json.loads((room_run / rundir.SUMMARY_FILE).read_text())
-    packets = pq.read_table(room_run / rundir.FORWARDING_FILE).to_pydict()
     through = [s for s in summary["streams"] if "->sfu->" in s["id"]]
     assert {(s["id"].split("->")[2].split()[0], s["media"]) for s in through} >= {
         (sub, media) for sub in ("bob", "carol") for media in ("audio", "video")
@@ -179,19 +180,55 @@ def test_each_frame_is_followed_through_janus_to_every_subscriber(room_run: Path
         stages = {"audio": ["decoded", "rendered-est", "played-est"],
                   "video": ["decode-start", "decoded", "presented"]}[stream["media"]]  # fmt: skip
         assert names[transform + 1 :] == [f"{sub}/{stage}" for stage in stages]
-        assert stream["complete_units"] >= 0.95 * stream["units"] > 50
         forwarding = next(seg for seg in stream["segments"] if seg["kind"] == "forwarding")
         assert forwarding["from"] == "sfu/ingress"
-        if stream["media"] != "audio":
-            continue
-        assert names[0] == "alice/sender-transform"  # the first segment is from alice/capture
-        addr = run_addr(room_run, {"bob": "sub1", "carol": "sub2"}[sub]) + ":"
-        dwell = [d for to, kind, d in zip(packets["to"], packets["kind"], packets["dwell_ms"],
-                                          strict=True)
-                 if to.startswith(addr) and kind == "audio" and d == d]  # fmt: skip
-        assert len(dwell) >= stream["complete_units"]
-        # the same packets, less the few whose frame was not complete at both ends
-        assert forwarding["p50_ms"] == pytest.approx(float(np.median(dwell)), abs=0.02)
+        if stream["media"] == "audio":
+            assert names[0] == "alice/sender-transform"  # the first segment is from alice/capture
+    # per leg and media (a simulcast layer Janus forwarded for a moment is a stream of a
+    # few frames, some cut at the switch: 22 of 27 in one run), nearly every frame whole
+    for sub in ("bob", "carol"):
+        for media in ("audio", "video"):
+            mine = [s for s in through if s["id"].split("->")[2].startswith(f"{sub} ")
+                    and s["media"] == media]  # fmt: skip
+            units = sum(s["units"] for s in mine)
+            assert sum(s["complete_units"] for s in mine) >= 0.95 * units > 50, (sub, media)
+        # an Opus frame is one packet: each audio frame's forwarding is its packet's dwell
+        host = {"bob": "sub1", "carol": "sub2"}[sub]
+        assert check_units_ride_their_packets(room_run, f"alice->sfu->{sub} ", sub, host) == 1
+
+
+def check_units_ride_their_packets(run_dir: Path, prefix: str, sub: str, host: str) -> int:
+    """Every unit of the audio streams named ``prefix...`` that crossed Janus entered and
+    left it at the instants of one packet the capture matched on that leg, and its
+    forwarding segment (over whole journeys) is that packet's dwell: the most units one
+    packet carried."""
+    packets = pq.read_table(run_dir / rundir.FORWARDING_FILE)
+    leg = np.char.startswith(
+        np.array(packets["to"].to_pylist(), dtype=str), run_addr(run_dir, host) + ":"
+    )
+    egress = packets["egress_ns"].to_numpy()[leg]
+    ingress = packets["ingress_ns"].to_numpy()[leg]
+    order = np.argsort(egress)
+    egress, ingress = egress[order], ingress[order]
+    most = 0
+    streams = [
+        s for s in analysis_of(run_dir).streams
+        if s.journeys.stream_id.startswith(prefix) and s.journeys.media == "audio"
+    ]  # fmt: skip
+    assert streams
+    for stream in streams:
+        names = stream.journeys.probe_names
+        inn = stream.journeys.times[:, names.index("sfu/ingress")]
+        out = stream.journeys.times[:, names.index(f"sfu/egress:{sub}")]
+        both = (inn != MISSING) & (out != MISSING)
+        assert both.sum() >= 0.95 * len(both)
+        at = np.clip(np.searchsorted(egress, out[both]), 0, len(egress) - 1)
+        assert np.array_equal(egress[at], out[both]) and np.array_equal(ingress[at], inn[both])
+        [forwarding] = [seg for seg in stream.segments if seg.kind == "forwarding"]
+        done = stream.journeys.complete  # the segments' figures are of whole journeys
+        assert np.array_equal(np.sort(forwarding.values_ns), np.sort((out - inn)[done]))
+        most = max(most, int(np.bincount(at).max()))
+    return most
 
 
 CUT_OFF = """
@@ -260,7 +297,6 @@ def test_a_traced_publisher_is_followed_through_janus_per_10_ms(tmp_path: Path) 
     summary = json.loads((out / rundir.SUMMARY_FILE).read_text())
     box = summary["forwarding"]["sfu"]
     assert box["match_rate"] >= 0.99 and box["ambiguous"] == 0
-    packets = pq.read_table(out / rundir.FORWARDING_FILE).to_pydict()
     for sub, host in (("bob", "sub1"), ("carol", "sub2")):
         [stream] = [s for s in summary["streams"] if s["id"].startswith(f"alice->sfu->{sub} ")]
         names = [seg["to"] for seg in stream["segments"]]
@@ -274,9 +310,5 @@ def test_a_traced_publisher_is_followed_through_janus_per_10_ms(tmp_path: Path) 
                                           ("decoded", "rendered-est", "lookahead-est",
                                            "played-est")]  # fmt: skip
         assert stream["unit"] == "10ms" and stream["complete_units"] >= 0.95 * stream["units"]
-        forwarding = next(seg for seg in stream["segments"] if seg["kind"] == "forwarding")
-        addr = run_addr(out, host) + ":"
-        dwell = [d for to, d in zip(packets["to"], packets["dwell_ms"], strict=True)
-                 if to.startswith(addr) and d == d]  # fmt: skip
-        # two 10 ms units per 20 ms packet: the same packets' dwell, each counted twice
-        assert forwarding["p50_ms"] == pytest.approx(float(np.median(dwell)), abs=0.02)
+        # two 10 ms units per 20 ms packet, each with that packet's dwell
+        assert check_units_ride_their_packets(out, f"alice->sfu->{sub} ", sub, host) == 2
