@@ -32,6 +32,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -253,6 +254,60 @@ def test_chromium_simulcast_call_through_latlab_sfu(
     assert not [line for line in err.seen if "panic" in line]
 
 
+MATCH_WINDOW_NS = 500_000_000  # latlab.analysis.forwarding.DEFAULT_WINDOW_NS
+MIN_EPOCH = 8  # latlab.analysis.forwarding.DEFAULT_MIN_EPOCH
+
+
+def check_matches_against_the_probes(table: pa.Table, fwd: np.ndarray) -> None:
+    """Per media packet latlab-sfu sent, its source as its ``fwd`` record names it (the
+    truth) against the capture matcher's: every match within the matching window is the
+    true source, and every packet left unmatched stayed inside longer than it (an SFU starved
+    of CPU: 0.61-0.71 s with three rooms on two cores) or belongs to a layer epoch
+    shorter than the matcher needs to tell it from chance (the SFU flapping between
+    layers under load: a one-frame epoch of 3 packets, all 0.6-0.8 ms inside)."""
+    out_key = (fwd["rtp_ssrc"].astype(np.int64) << 16) | fwd["rtp_seq"].astype(np.int64)
+    order = np.argsort(out_key)
+    out_key, truth = out_key[order], fwd[order]
+    src_ssrc = (truth["dts"] & 0xFFFF_FFFF).astype(np.int64)
+    src_seq = truth["list_index"].astype(np.int64) & 0xFFFF
+    dwell_ns = truth["duration"].astype(np.int64) - truth["offset"].astype(np.int64)
+    # a layer epoch: a run of one leg's packets under one (source, sequence offset)
+    epoch = (src_ssrc << 16) | ((truth["rtp_seq"].astype(np.int64) - src_seq) & 0xFFFF)
+    leg = truth["rtp_ssrc"].astype(np.int64)
+    by_leg = np.lexsort((truth["t_ns"], leg))  # each leg in the order it was sent
+    starts = np.r_[
+        True, (epoch[by_leg][1:] != epoch[by_leg][:-1]) | (leg[by_leg][1:] != leg[by_leg][:-1])
+    ]
+    run_id = np.cumsum(starts) - 1
+    run_length = np.bincount(run_id)[run_id]
+    epoch_length = np.empty_like(run_length)
+    epoch_length[by_leg] = run_length
+
+    ssrc = table.column("ssrc").to_numpy().astype(np.int64)
+    seq = table.column("seq").to_numpy().astype(np.int64)
+    status = table.column("status").to_numpy(zero_copy_only=False)
+    key = (ssrc << 16) | seq
+    at = np.minimum(np.searchsorted(out_key, key), len(out_key) - 1)
+    media = out_key[at] == key  # egress packets of a media leg (not str0m's own)
+    matched = media & (status == "matched")
+    source = (table.column("source_ssrc").to_numpy().astype(np.int64) << 16) | (
+        table.column("source_seq").to_numpy().astype(np.int64)
+    )
+    true_source = (src_ssrc << 16) | src_seq
+    late = dwell_ns[at] > MATCH_WINDOW_NS
+    # a packet beyond the window has no true match to find: it stays unmatched, or (2 of
+    # 6069 with three rooms on two cores, 514 ms inside) one of its shape 8 packets later
+    within = matched & ~late
+    assert np.array_equal(source[within], true_source[at[within]]), "a false match"
+    left = media & np.isin(status, ["unmatched", "edge"])
+    short = epoch_length[at] < MIN_EPOCH
+    unexplained = left & ~late & ~short
+    assert not unexplained.any(), (
+        f"{int(unexplained.sum())} of {int(left.sum())} unmatched media packets neither "
+        f"late nor in a short epoch: {np.column_stack((ssrc, seq))[unexplained][:5]}"
+    )
+
+
 # --- in the lab: scenarios/sfu-latlab.toml, probes on -------------------------------------
 
 REPO = Path(__file__).resolve().parent.parent
@@ -278,7 +333,9 @@ def test_inside_and_outside_dwell_agree_in_the_lab(tmp_path: Path) -> None:
 
     summary = json.loads((out / rundir.SUMMARY_FILE).read_text())
     fwd_summary = summary["forwarding"]["sfu"]
-    # Every forwarded media packet is matched; what is not is str0m's RTX padding.
+    # The probes know each forwarded packet's source: the matcher's matches are those
+    # sources, and what it left unmatched it could not match by design (str0m's RTX
+    # padding has no source at all, and is not a media leg).
     trace = read_trace(out / sfu["trace"])
     assert trace.complete and trace.dropped == 0
     ev = trace.events
@@ -287,7 +344,8 @@ def test_inside_and_outside_dwell_agree_in_the_lab(tmp_path: Path) -> None:
     legs = fwd_summary["legs"]
     media_legs = [leg for leg in legs if int(leg["ssrc"], 16) in media_ssrcs]
     assert len(media_legs) == 4  # audio and video to each of two subscribers
-    assert all(leg["matched"] == leg["packets"] > 100 for leg in media_legs), media_legs
+    assert all(leg["matched"] > 100 for leg in media_legs), media_legs
+    check_matches_against_the_probes(pq.read_table(out / rundir.FORWARDING_FILE), fwd)
 
     # The same packets, from outside (the capture) and from inside (the probes).
     table = pq.read_table(out / rundir.FORWARDING_FILE)
