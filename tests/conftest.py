@@ -330,3 +330,21 @@ host = "tx"
 {sender_keys}
 pipeline = {json.dumps(sender)}
 """
+
+
+def sfu_and_load_host(name: str, server: str, *, cost: bool = False, duration: float = 4) -> str:
+    """A scenario text's head: a captured SFU host running ``server`` (as ``[sfus.SERVER]``)
+    and a load host linked to it; the test adds its load or processes."""
+    return f"""\
+name = "{name}"
+duration_s = {duration}
+[hosts.sfu]
+capture = true
+[hosts.load]
+[[links]]
+between = ["load", "sfu"]
+[sfus.{server}]
+host = "sfu"
+server = "{server}"
+{"cost = true" if cost else ""}
+"""

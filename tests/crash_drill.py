@@ -38,6 +38,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tests.conftest import sfu_and_load_host
+
 REPO = Path(__file__).resolve().parents[1]
 LATLAB = str(REPO / "latlab")
 READY = "all processes ready"
@@ -49,24 +51,16 @@ CLEANUP_TIMEOUT_S = 120.0
 
 # A kind: the scenario (a shipped file, or TOML text), the run's duration, and what its
 # run must have (a program to skip without).
-SFU_LOAD = """name = "drill-sfu"
-duration_s = 4
-[hosts.sfu]
-capture = true
-[hosts.load]
-[[links]]
-between = ["load", "sfu"]
-[sfus.janus]
-host = "sfu"
-server = "janus"
-cost = true
-[loads.crowd]
+SFU_LOAD = (
+    sfu_and_load_host("drill-sfu", "janus", cost=True)
+    + """[loads.crowd]
 sfu = "janus"
 host = "load"
 publishers = 1
 subscribers = 2
 video_kbps = 300
 """
+)
 TINY = """name = "drill-tiny"
 duration_s = 1
 [hosts.h]

@@ -18,7 +18,7 @@ import pytest
 
 from latlab import rundir
 from latlab.lab.scenario import parse_scenario
-from tests.conftest import latlab
+from tests.conftest import latlab, sfu_and_load_host
 
 LOADGEN = Path(__file__).resolve().parents[1] / "build" / "loadgen" / "latlab-loadgen"
 
@@ -48,21 +48,13 @@ def scenario(video: Path, audio: Path, stats: Path) -> str:
                "--publishers", str(PUBLISHERS), "--subscribers", str(SUBSCRIBERS),
                "--video", str(video), "--audio", str(audio), "--ice-ip", "${hosts.load.addr}",
                "--ready-timeout", "20s", "--stats", str(stats)]  # fmt: skip
-    return f"""
-name = "loadgen-janus"
-duration_s = 4
-[hosts.sfu]
-capture = true
-[hosts.load]
-[[links]]
-between = ["load", "sfu"]
-[sfus.janus]
-host = "sfu"
-server = "janus"
-[processes.load]
+    return (
+        sfu_and_load_host("loadgen-janus", "janus")
+        + f"""[processes.load]
 host = "load"
 command = {json.dumps(command)}
 """
+    )
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 from latlab import rundir
 from latlab.lab.loadgen import LOADGEN
 from latlab.lab.sfu.livekit import LIVEKIT_SERVER
-from tests.conftest import latlab
+from tests.conftest import latlab, sfu_and_load_host
 
 pytestmark = [
     pytest.mark.e2e,
@@ -144,23 +144,15 @@ def test_a_load_that_gets_no_media_flowing_is_one_line(tmp_path: Path) -> None:
     assert run["status"] == "failed" and "crowd" in run["loads"]
 
 
-LIVEKIT = """
-name = "livekit-load"
-duration_s = 4
-[hosts.sfu]
-capture = true
-[hosts.load]
-[[links]]
-between = ["load", "sfu"]
-[sfus.livekit]
-host = "sfu"
-server = "livekit"
-[loads.crowd]
+LIVEKIT = (
+    sfu_and_load_host("livekit-load", "livekit")
+    + """[loads.crowd]
 sfu = "livekit"
 host = "load"
 publishers = 2
 subscribers = 2
 """
+)
 
 
 @pytest.mark.timeout(180)

@@ -56,16 +56,20 @@ INCOMPLETE = "incomplete"  # run.json status of a run whose latlab process died
 KINDS = ("namespace", "interface", "process", "jack", "path", "run_dir")
 
 
-def journal_dir() -> Path:
-    """Where journals are kept (root-only): see the module docstring."""
-    override = os.environ.get("LATLAB_OWNER_DIR")
-    if override:
-        return Path(override)
+def runtime_dir() -> Path:
+    """latlab's own runtime directory: /run/latlab as root, else under
+    ``$XDG_RUNTIME_DIR`` (or ``~/.cache``); journals and the standing lab's state live here."""
     if os.geteuid() == 0:
-        return Path("/run/latlab/owners")
+        return Path("/run/latlab")
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = Path(runtime) if runtime else Path.home() / ".cache"
-    return base / "latlab" / "owners"
+    return (Path(runtime) if runtime else Path.home() / ".cache") / "latlab"
+
+
+def journal_dir() -> Path:
+    """Where journals are kept (root-only; ``LATLAB_OWNER_DIR`` overrides): see the module
+    docstring."""
+    override = os.environ.get("LATLAB_OWNER_DIR")
+    return Path(override) if override else runtime_dir() / "owners"
 
 
 def _private_dir(path: Path) -> Path:

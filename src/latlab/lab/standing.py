@@ -58,14 +58,10 @@ class StandingLabError(UserInputError):
 
 
 def state_dir() -> Path:
-    """Directory of the state file (see the module docstring)."""
+    """Directory of the state file (``LATLAB_STATE_DIR`` overrides; see the module
+    docstring)."""
     override = os.environ.get("LATLAB_STATE_DIR")
-    if override:
-        return Path(override)
-    if os.geteuid() == 0:
-        return Path("/run/latlab")
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    return Path(runtime) / "latlab" if runtime else Path.home() / ".cache" / "latlab"
+    return Path(override) if override else owner.runtime_dir()
 
 
 def state_path() -> Path:
