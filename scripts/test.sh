@@ -46,7 +46,10 @@ step "fast tier"
 
 # the slowest tests of each tier are listed at its end: where CI's minutes go
 slowest=(--durations=15 --durations-min=10)
+# both end-to-end parts run whatever the first found: one CI run shows every failure
+failed=0
 step "end-to-end tier, two at a time"
-.venv/bin/pytest -q -m "e2e and not exclusive" -n 2 "${slowest[@]}" "$@"
+.venv/bin/pytest -q -m "e2e and not exclusive" -n 2 "${slowest[@]}" "$@" || failed=1
 step "end-to-end tier, one at a time"
-.venv/bin/pytest -q -m "e2e and exclusive" "${slowest[@]}" "$@"
+.venv/bin/pytest -q -m "e2e and exclusive" "${slowest[@]}" "$@" || failed=1
+exit "$failed"
