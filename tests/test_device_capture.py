@@ -3,18 +3,24 @@ sink's ring buffer (synthetic, known answers)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
+from latlab.ingest.events import EventTable, load_run
+from latlab.rundir import RUN_FILE
 from latlab.stitch.devices import (
     DeviceRing,
+    add_device_playout,
     device_ring,
     released_after,
     written_contiguously,
 )
-from latlab.stitch.journeys import device_capture_times
-from latlab.stitch.position import Ranges
+from latlab.stitch.journeys import build_journeys, device_capture_times
+from latlab.stitch.position import MISSING, Ranges
+from latlab.synthetic import SyntheticRtpAudio, make_run_dir
 
 MS = 1_000_000
 DISCONT, RESYNC = 1 << 6, 1 << 7  # GstBufferFlags
@@ -358,3 +364,68 @@ def test_a_sample_leaves_after_a_render_the_ring_explains() -> None:
     floor = released_after(placed, length, rendered, calls, ring)
     assert list(floor[:3]) == [rendered[0], rendered[1], room + 1 * MS]
     assert floor[3] == np.iinfo(np.int64).min
+
+
+def _pulse_run(tmp_path: Path, streams: list[dict]) -> tuple[list, EventTable, dict]:
+    """A synthetic run whose receiver plays 5 ms buffers into ``pulsesink`` on a
+    PulseAudio device that reported ``streams`` (run.json)."""
+    run_dir = tmp_path / "run"
+    make_run_dir(run_dir, SyntheticRtpAudio(units=300, sink_factory="pulsesink"))
+    run = json.loads((run_dir / RUN_FILE).read_text(encoding="utf-8"))
+    run["devices"] = [{"name": "snd", "host": "rx", "server": "pulse", "period_us": 5000,
+                       "periods": 2, "buffer_us": 10000, "streams": streams}]  # fmt: skip
+    table = load_run(run_dir, [])
+    return build_journeys(table, 10.0), table, run
+
+
+def test_a_stream_sinks_samples_leave_after_the_queue_the_server_reported(
+    tmp_path: Path,
+) -> None:
+    """``pulsesink`` writes each 5 ms buffer at the end of its stream's queue in the
+    server, which then held 15.5 ms (12.5 ms from the middle of the run on, its writes
+    having fallen behind), and the sink takes the samples at the sample rate: the
+    server's reports, at random instants (each placed between its request and its reply,
+    0.2 ms apart), say that level less the time since the last write. A 10 ms unit's
+    first sample is 10 ms before the end of the buffer that completes it, so it leaves
+    15.5 - 10 = 5.5 ms after that buffer's render (2.5 ms later in the run). Another
+    client's stream, a report of an empty queue and one taken before the write it
+    follows reached the server (one write short) do not move it."""
+    journeys, table, run = _pulse_run(tmp_path, [])
+    (audio,) = [j for j in journeys if j.probe_names[-1] == "receiver/pulsesink0:sink"]
+    (sink,) = [p for p in table.probes if p.factory == "pulsesink" and p.is_render]
+    written = np.sort(table.probe_column(sink.index, "t_ns"))  # every 5 ms buffer
+    rng = np.random.default_rng(3)
+    taken = np.sort(rng.uniform(written[5], written[-1], 150).astype(np.int64))
+    since = taken - written[np.searchsorted(written, taken, side="right") - 1]
+    middle = (written[5] + written[-1]) // 2
+    level = np.where(taken < middle, 15.5 * MS, 12.5 * MS)
+    queue_us = (level - since) / 1000
+    queue_us[::10] -= 5_000  # one write short
+    queue_us[5] = 0  # ran dry
+    reports = {"t_ns": (taken - 100_000).tolist(), "reply_ns": [200_000] * len(taken),
+               "queue_us": queue_us.tolist()}  # fmt: skip
+    run["devices"][0]["streams"] = [{"pid": 200, **reports}, {"pid": 999, **reports}]
+    run["devices"][0]["streams"][1]["queue_us"] = [90_000.0] * len(taken)
+    out = add_device_playout(audio, table, run)
+    assert out.probe_names[-1] == "receiver/pulsesink0:device"
+    render, leaves = out.times[:, -2], out.times[:, -1]
+    seen = render != MISSING
+    assert seen.sum() > 250
+    wait = (leaves - render) / MS
+    # the reports are about 20 ms apart here: a unit within five of them of the change
+    # may take either level
+    early, late = seen & (render < middle - 150 * MS), seen & (render > middle + 150 * MS)
+    assert early.sum() > 100 and late.sum() > 100
+    assert np.all(np.abs(wait[early] - 5.5) < 0.01), (wait[early].min(), wait[early].max())
+    assert np.all(np.abs(wait[late] - 2.5) < 0.01), (wait[late].min(), wait[late].max())
+
+
+def test_without_the_servers_report_a_stream_sinks_samples_leave_at_the_render(
+    tmp_path: Path,
+) -> None:
+    journeys, table, run = _pulse_run(tmp_path, [])
+    other = {"pid": 999, "t_ns": [999_000 * MS], "reply_ns": [100_000], "queue_us": [12_000]}
+    run["devices"][0]["streams"] = [other]
+    (audio,) = [j for j in journeys if j.probe_names[-1] == "receiver/pulsesink0:sink"]
+    out = add_device_playout(audio, table, run)
+    assert np.array_equal(out.times[:, -1], out.times[:, -2])

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from latlab.lab import owner
+from latlab.lab.devices import parse_sink_inputs
 from latlab.lab.jackfiles import JACK_SHM_DIR
 from latlab.lab.runner import RunError, run_scenario
 from latlab.lab.scenario import ScenarioError, parse_scenario
@@ -93,6 +94,30 @@ def test_device_references_resolve() -> None:
     scenario = parse_scenario(scenario_text("jack", period=960), "s.toml")
     pipeline = scenario.resolved_pipeline(scenario.processes[0], {"h": "127.0.0.1"})
     assert "latency-time=20000 buffer-time=40000" in pipeline
+
+
+SINK_INPUTS = """2 sink input(s) available.
+    index: 3
+\tdriver: <protocol-native.c>
+\tstate: RUNNING
+\tcurrent latency: 19.51 ms
+\trequested latency: 0.50 ms
+\tproperties:
+\t\tmedia.name = "Playback Stream"
+\t\tapplication.process.id = "4242"
+    index: 7
+\tcurrent latency: 12.00 ms
+\tproperties:
+\t\tapplication.name = "pacat"
+"""
+
+
+def test_a_pulse_servers_stream_listing_gives_each_streams_queue_and_client() -> None:
+    assert parse_sink_inputs(SINK_INPUTS) == {
+        3: {"queue_ms": 19.51, "pid": 4242},
+        7: {"queue_ms": 12.0},
+    }
+    assert parse_sink_inputs("") == {}
 
 
 def require(program: str) -> None:

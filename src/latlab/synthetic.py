@@ -68,6 +68,7 @@ class SyntheticRtpAudio:
     # written as t + offset + drift_ppm x 1e-6 x (t - sender_base); all in one clock: 0, 0.
     receiver_offset: int = 0
     receiver_drift_ppm: float = 0.0
+    sink_factory: str = "fakesink"  # the receiver's clocked sink (e.g. an audio device's)
 
 
 @dataclass
@@ -290,7 +291,7 @@ def _write_receiver(out_dir, p, s, arrivals, rel, jb, split) -> None:
                 ("rtpjitterbuffer0", "rtpjitterbuffer"),
                 ("rtpL16depay0", "rtpL16depay"),
                 ("split0", "audiobuffersplit"),
-                ("fakesink0", "fakesink"),
+                (f"{p.sink_factory}0", p.sink_factory),
             ],
         )
         w.caps(1, 0, "application/x-rtp, media=(string)audio, clock-rate=(int)48000")
@@ -359,7 +360,7 @@ def _truth(p, s, first_arrival, released, jb, split):
         "receiver/rtpjitterbuffer0:src",
         "receiver/rtpL16depay0:src",
         "receiver/split0:src",
-        "receiver/fakesink0:sink",
+        f"receiver/{p.sink_factory}0:sink",
     ]
     return np.column_stack(cols).astype(np.int64), names
 

@@ -16,7 +16,11 @@ namespace before its processes and stopped after them:
   directory (:func:`latlab.lab.owner.private_tmp`: root-only, its name random). The
   processes get
   ``PULSE_SERVER``, ``PULSE_RUNTIME_PATH``, ``PULSE_SINK`` and ``PULSE_SOURCE``;
-  pipelines use ``pulsesrc`` / ``pulsesink``.
+  pipelines use ``pulsesrc`` / ``pulsesink``. During the measured window latlab reads
+  every playback stream's queue on the server's command line
+  (``module-cli-protocol-unix``, ``list-sink-inputs``) every 50 ms, each reading
+  bracketed by CLOCK_MONOTONIC (run.json ``devices[].streams``): how long a sink's
+  samples wait in the server (``latlab.stitch.devices.stream_playout``).
 
 GStreamer's audio elements choose their own ring buffer: pipelines pass the
 device's sizes with ``latency-time=${devices.NAME.period_us}
@@ -36,7 +40,9 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -53,6 +59,16 @@ POLL_S = 0.02
 PROBE_TIMEOUT_S = 5.0
 JACK_LATENCY_RE = re.compile(r"port (playback|capture) latency = \[ (\d+) (\d+) \]")
 PULSE_LATENCY_RE = re.compile(r"Latency: (\d+) usec, configured (\d+) usec")
+STREAM_SAMPLE_S = 0.05  # how often the playback streams' queues are read during a run
+# PulseAudio's command line (module-cli-protocol-unix) prints no prompt to a socket: a
+# command it does not know after each request marks the end of the reply
+CLI_END = b"latlab-end"
+CLI_END_REPLY = b"Unknown command: " + CLI_END + b"\n"
+SINK_INPUT_RE = re.compile(r"^\s*index: (\d+)", re.MULTILINE)
+STREAM_FIELDS = {  # list-sink-inputs: what each sample keeps
+    "queue_ms": re.compile(r"current latency: ([\d.]+) ms"),
+    "pid": re.compile(r'application\.process\.id = "(\d+)"'),
+}
 
 ExecArgv = Callable[[str, Sequence[str]], list[str]]
 
@@ -94,6 +110,7 @@ class AudioServer:
         self.exit_code: int | None = None
         self.reported: dict[str, Any] = {}
         self.reported_in_run: dict[str, Any] = {}
+        self.streams: dict[int, dict[str, Any]] = {}  # playback streams sampled in the run
         self.version = ""
 
     # Subclasses define these.
@@ -115,6 +132,11 @@ class AudioServer:
 
     def query_version(self) -> str:
         raise NotImplementedError
+
+    reports_streams = False  # whether sample_streams records anything
+
+    def sample_streams(self) -> None:
+        """Record what the server reports of its playback streams now (nothing by default)."""
 
     def prepare(self) -> None:
         """Create what the server needs before it starts (nothing by default)."""
@@ -218,6 +240,7 @@ class AudioServer:
             "buffer_us": d.period_us * d.periods,
             "reported_latency": self.reported,
             "reported_latency_in_run": self.reported_in_run,
+            "streams": list(self.streams.values()),
             "env": self.client_env(),
             "pid": self.popen.pid if self.popen else None,
             "exit_code": self.exit_code,
@@ -292,6 +315,8 @@ class PulseServer(AudioServer):
     """
 
     keeper: subprocess.Popen[bytes] | None = None
+    reports_streams = True
+    _cli: socket.socket | None = None
 
     def start(self, exec_argv: ExecArgv) -> None:
         self._start_server(exec_argv)
@@ -338,6 +363,9 @@ class PulseServer(AudioServer):
 
     def stop(self) -> None:
         self.stopping = True
+        if self._cli is not None:
+            self._cli.close()
+            self._cli = None
         if self.keeper is not None and self.keeper.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.keeper.pid, signal.SIGKILL)
@@ -374,6 +402,7 @@ class PulseServer(AudioServer):
             "pulseaudio", "-n", "--daemonize=no", "--use-pid-file=no", "--system=no",
             "--log-target=stderr", "--exit-idle-time=-1",
             "-L", f"module-native-protocol-unix socket={socket} auth-anonymous=1",
+            "-L", f"module-cli-protocol-unix socket={self.runtime_dir / 'cli'}",
             "-L", f"module-null-sink sink_name={self.sink} rate={d.rate} channels={d.channels}",
         ]  # fmt: skip
 
@@ -398,7 +427,8 @@ class PulseServer(AudioServer):
 
     def _pactl(self, *args: str) -> subprocess.CompletedProcess:
         server = self.client_env()["PULSE_SERVER"]
-        return _run(["pactl", "--server", server, *args], {**os.environ, **self.client_env()})
+        env = {**os.environ, **self.client_env(), "LC_ALL": "C"}  # its English field names
+        return _run(["pactl", "--server", server, *args], env)
 
     def is_ready(self) -> bool:
         return (self.runtime_dir / "native").exists() and self._pactl("info").returncode == 0
@@ -413,6 +443,41 @@ class PulseServer(AudioServer):
                 out[f"{what}_configured_ms"] = int(match.group(2)) / 1000
         return out
 
+    def sample_streams(self) -> None:
+        """One sample of every playback stream's queue, as the server reports it on its
+        command line (``list-sink-inputs``, "current latency": the samples a client wrote
+        and the sink has not yet taken), bracketed by CLOCK_MONOTONIC instants (a
+        persistent connection: the bracket is the request and its reply); per stream
+        (``streams``), with the pid of the client that plays it."""
+        try:
+            before, listing, after = self._cli_command(b"list-sink-inputs")
+        except OSError:  # the server is going away (its death is told elsewhere): reconnect
+            if self._cli is not None:
+                self._cli.close()
+            self._cli = None
+            return
+        for index, block in parse_sink_inputs(listing).items():
+            if "queue_ms" not in block:
+                continue
+            stream = self.streams.setdefault(
+                index, {"sink_input": index, "pid": block.get("pid"), "t_ns": [],
+                        "reply_ns": [], "queue_us": []},
+            )  # fmt: skip
+            stream["t_ns"].append(before)
+            stream["reply_ns"].append(after - before)
+            stream["queue_us"].append(round(block["queue_ms"] * 1000))
+
+    def _cli_command(self, command: bytes) -> tuple[int, str, int]:
+        """Send one command to the server's command line: (sent at, reply, replied at)."""
+        if self._cli is None:
+            self._cli = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._cli.settimeout(PROBE_TIMEOUT_S)
+            self._cli.connect(str(self.runtime_dir / "cli"))
+        before = time.monotonic_ns()
+        self._cli.sendall(command + b"\n" + CLI_END + b"\n")
+        reply = _read_reply(self._cli)
+        return before, reply, time.monotonic_ns()
+
     def query_version(self) -> str:
         for line in self._pactl("info").stdout.splitlines():
             if line.startswith("Server Version:"):
@@ -422,6 +487,31 @@ class PulseServer(AudioServer):
     def remove_files(self) -> None:
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
         owner.forget("path", str(self.runtime_dir))
+
+
+def _read_reply(cli: socket.socket) -> str:
+    """What the server's command line answered, up to the end marker's reply."""
+    reply = b""
+    while not reply.endswith(CLI_END_REPLY):
+        chunk = cli.recv(65536)
+        if not chunk:
+            raise ConnectionError("the server's command line closed")
+        reply += chunk
+    return reply[: -len(CLI_END_REPLY)].decode(errors="replace")
+
+
+def parse_sink_inputs(listing: str) -> dict[int, dict[str, float]]:
+    """``list-sink-inputs`` as {sink input: {queue_ms, pid}} (what it shows of them)."""
+    heads = list(SINK_INPUT_RE.finditer(listing))
+    ends = [head.start() for head in heads[1:]] + [len(listing)] if heads else []
+    out: dict[int, dict[str, float]] = {}
+    for head, end in zip(heads, ends, strict=True):
+        found = {key: rx.search(listing, head.end(), end) for key, rx in STREAM_FIELDS.items()}
+        fields = {key: float(match.group(1)) for key, match in found.items() if match}
+        if "pid" in fields:
+            fields["pid"] = int(fields["pid"])
+        out[int(head.group(1))] = fields
+    return out
 
 
 SERVERS: dict[str, type[AudioServer]] = {"jack": JackServer, "pulse": PulseServer}
@@ -435,6 +525,8 @@ class Devices:
         self.servers = [
             SERVERS[d.server](d, pid, log_dir / f"device-{d.name}.log") for d in devices
         ]
+        self._stop_sampling = threading.Event()
+        self._sampling: threading.Thread | None = None
 
     def start_all(self, exec_argv: ExecArgv) -> None:
         """Start every server (in file order), each ready before the next."""
@@ -456,6 +548,32 @@ class Devices:
                 raise DeviceError(
                     f"{server.label} died during the run (exit code {server.popen.returncode})"
                 )
+
+    def start_sampling(self, interval_s: float = STREAM_SAMPLE_S) -> None:
+        """Sample the servers' playback streams every ``interval_s`` until
+        :meth:`stop_sampling` (a thread, if any server reports its streams)."""
+        if not any(server.reports_streams for server in self.servers):
+            return
+        self._stop_sampling = threading.Event()
+        self._sampling = threading.Thread(
+            target=self._sample_until_stopped, args=(interval_s,), daemon=True
+        )
+        self._sampling.start()
+
+    def _sample_until_stopped(self, interval_s: float) -> None:
+        while not self._stop_sampling.is_set():
+            for server in self.servers:
+                if server.reports_streams and server.popen and server.popen.poll() is None:
+                    server.sample_streams()
+            self._stop_sampling.wait(interval_s)
+
+    def stop_sampling(self) -> None:
+        """Stop the sampling thread (if it runs) and wait for it."""
+        sampling = self._sampling
+        if sampling is not None:
+            self._stop_sampling.set()
+            sampling.join()
+            self._sampling = None
 
     def sample_latency(self) -> None:
         """Record the latency each live server reports while the processes use it."""

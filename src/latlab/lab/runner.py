@@ -224,11 +224,13 @@ class _Run:
             self._prepare_signal()
             self._start_all()
             self._write_run_json()  # the processes, the measured window's start
+            self.devices.start_sampling()
             self._wait_duration()
             self.status = "ok"
         finally:
             self._say("stopping")
             self._sched_at_stop()
+            self.devices.stop_sampling()
             self.devices.sample_latency()
             if self.browsers is not None:
                 self.browsers.sample_at_stop(self._browser_children())

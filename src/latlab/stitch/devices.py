@@ -18,13 +18,16 @@ appends two estimated probes:
   at start-up, and realigns 20 ms earlier in most) but for the buffer at that
   correction in four. What the pushes do not show is how the sink's position 0 lines
   up with the device's cycles: the device takes the first segment at its first cycle
-  after the sink calibrated its clock (when its first render began), 0 to one period
-  later, and every sample leaves that much after its place. The renders bound it
-  (:func:`device_ring`); the estimate takes the least alignment they allow and is early
-  by the rest, the same for a whole run (against the black box on JACK: +0.05 to +7.4
-  ms over ten runs at 10 ms periods, +0.5 to +7.4 ms over ten at 20 ms, within 0.2 ms
-  from code to code; with the bounds taken from the schedule's places alone and the
-  skew corrected only when every alignment had passed, the 20 ms runs read -12.6 to
+  after the sink calibrated its clock and started its ring buffer (when its first render
+  began, or at the pipeline's latency after the base time if that was later), 0 to one
+  period later, and every sample leaves that much after its place. The renders bound
+  that alignment (:func:`device_ring`); the estimate is the first device cycle the
+  renders show after the calibration, within those bounds. (Taking the least alignment
+  the bounds allow, as before, left the black box on JACK +0.05 to +7.4 ms unexplained
+  over ten runs at 10 ms periods, +0.5 to +7.4 ms over ten at 20 ms, within 0.2 ms from
+  code to code; docs/signal.md has the figures of the first cycle after the calibration.
+  With the bounds taken from the schedule's places alone and the skew corrected only
+  when every alignment had passed, the 20 ms runs read -12.6 to
   +8.0 ms). It never puts a buffer before its render returned where the ring explains
   that return (:func:`released_after`). Without a clock or latency record it falls back
   to the render plus a full ring buffer (periods x period of the device), an upper
@@ -36,13 +39,13 @@ appends two estimated probes:
 
 Both are estimates, not observations; summary.json marks their segments
 ``"device": true, "estimated": true``. ``pulsesink`` writes its samples into the
-server's stream as it renders (``SERVER_STREAM_SINKS``), so its ``device`` is the
-render. Its schedule put the samples 0 ms after the render in most runs but 7.4 and
-21.5 ms after it in two, where a PulseAudio black box
-(``scenarios/l16-pulse-blackbox.toml``) then left +2.5 and -12.7 ms unexplained; with
-the render, +9.9 and +9.8 ms, and +2.2 to +10.0 ms over ten runs: the samples' wait
-in the server's stream buffer, which this estimate does not model, and how each
-reader's periods line up with the null sink's renders.
+server's stream as it renders (``SERVER_STREAM_SINKS``), at the end of the stream's
+queue, which the server's sink then takes in order: its ``device`` is the render plus
+the queue ahead of the unit's first sample (:func:`stream_playout`), from the queue the
+server reported during the run (run.json ``devices[].streams``: PulseAudio's "current
+latency" of the stream, sampled by the lab). Without those reports it is the render,
+and the wait in the stream's queue (+2.2 to +10.0 ms over ten runs of
+``scenarios/l16-pulse-blackbox.toml``) was the black box's unexplained time.
 
 The capture segment of a path whose origin is an audio device source
 (``jackaudiosrc``, ``pulsesrc``, ``alsasrc``) is device time too: it runs from
@@ -91,6 +94,7 @@ MISFIT_SHARE = 0.02  # more renders than this unexplained: the model does not ho
 # the device's segment counter moves as its cycle begins, a little before the renders it
 # wakes return (the cycles found are their low edge, 0.1 to 0.2 ms after JACK's cycle)
 CYCLE_EARLY_NS = 500_000
+QUEUE_REPORTS = 5  # reports of a stream's queue on each side of an instant (50 ms apart)
 ESTIMATED_KLASS = "Audio/Device"  # the klass of the probes add_device_playout appends
 
 
@@ -126,7 +130,7 @@ def add_device_playout(journeys: Journeys, table: EventTable, run: dict[str, Any
         return journeys
     render = journeys.times[:, -1]
     if last.factory in SERVER_STREAM_SINKS:
-        leaves_sink = render
+        leaves_sink = stream_playout(journeys, table, sink, device)
     else:
         leaves_sink = scheduled_presentation(journeys, table, sink, device)
     if leaves_sink is None:
@@ -142,11 +146,91 @@ def add_device_playout(journeys: Journeys, table: EventTable, run: dict[str, Any
     return out
 
 
+def stream_playout(
+    journeys: Journeys, table: EventTable, sink: int, device: dict[str, Any]
+) -> np.ndarray:
+    """Per unit: when its first sample leaves a sink that writes into the server's stream
+    (``pulsesink``): its render, plus its wait in the stream's queue in the server.
+
+    The sink writes each buffer at the end of its stream's queue as it renders (a render
+    waits until the server asks for a segment), and the server's sink takes the queue's
+    samples in order, so a buffer's first sample leaves once the queue that was ahead of
+    it has gone: the queue right after the write (:func:`queue_after_write_ns`, from the
+    server's reports) less what follows that sample in the buffer. Without the server's
+    reports of the stream, the render."""
+    render = journeys.times[:, -1]
+    seen = render != MISSING
+    probe = table.probes[sink]
+    rendered = table.probe_column(sink, "t_ns")
+    order = np.argsort(rendered, kind="stable")
+    rendered, duration = rendered[order], table.probe_column(sink, "duration")[order]
+    reports = [
+        s for s in device.get("streams") or [] if s.get("pid") == table.processes[probe.process].pid
+    ]
+    queue = queue_after_write_ns(reports, rendered, render)
+    if queue is None or not seen.any():
+        return render
+    at = np.minimum(np.searchsorted(rendered, render), len(rendered) - 1)
+    matched = seen & (rendered[at] == render) & (duration[at] > 0)
+    buffer_ns = np.where(matched, duration[at], journeys.unit_ns)
+    # from the unit's first sample to the end of the buffer that completes it: the rest
+    # of that buffer, or the whole unit where units are longer than buffers
+    behind = np.maximum(buffer_ns - _into_buffer(journeys), journeys.unit_ns)
+    return np.where(seen, render + queue - behind, MISSING)
+
+
+def queue_after_write_ns(
+    reports: list[dict[str, Any]], written: np.ndarray, at: np.ndarray
+) -> np.ndarray | None:
+    """Around each instant of ``at``: how much of a stream the server held right after
+    the client's writes (ns of samples), from its reports of the stream's queue
+    (``streams`` of run.json: when each request went out, how long its reply took, the
+    queue) and when the writes were made (``written``, sorted); None without a report
+    after a write.
+
+    Between two writes the server's sink takes samples from the queue at the sample
+    rate, so a report ``since`` after the last write, of a queue ``q``, says the queue
+    was ``q + since`` right after that write. A report is placed at the middle of its
+    request and reply; one of an empty queue (the sink ran dry, and waits) says nothing.
+    That level moves when the writes fall behind the sink or catch up (by 6 ms in runs
+    on a loaded machine), so an instant takes the median of the ``QUEUE_REPORTS``
+    reports on each side of it (a write that reached the server after a report was
+    taken makes that report a write short)."""
+    if not reports or not len(written):
+        return None
+    sent = np.concatenate([np.asarray(r["t_ns"], np.int64) for r in reports])
+    reply = np.concatenate([np.asarray(r["reply_ns"], np.int64) for r in reports])
+    queue = np.concatenate([np.asarray(r["queue_us"], np.float64) for r in reports]) * 1000
+    taken = sent + reply // 2
+    order = np.argsort(taken, kind="stable")
+    taken, queue = taken[order], queue[order]
+    last = np.searchsorted(written, taken, side="right") - 1
+    useful = (last >= 0) & (queue > 0)
+    if not useful.any():
+        return None
+    taken = taken[useful]
+    level = queue[useful] + (taken - written[last[useful]])
+    padded = np.pad(level, QUEUE_REPORTS, mode="reflect")  # no end weighs more
+    windows = np.lib.stride_tricks.sliding_window_view(padded, 2 * QUEUE_REPORTS + 1)
+    around = np.median(windows, axis=1)
+    nearest = np.clip(np.searchsorted(taken, at), 0, len(taken) - 1)
+    return np.rint(around[nearest]).astype(np.int64)
+
+
+def _into_buffer(journeys: Journeys) -> np.ndarray:
+    """How far into the buffer it was rendered with each unit starts (media ns)."""
+    render = journeys.times[:, -1]
+    buffers, buffer_of_unit = np.unique(render, return_inverse=True)
+    first_start = np.full(len(buffers), np.iinfo(np.int64).max)
+    np.minimum.at(first_start, buffer_of_unit, journeys.unit_start)
+    return journeys.unit_start - first_start[buffer_of_unit]
+
+
 def scheduled_presentation(
     journeys: Journeys, table: EventTable, sink: int, device: dict[str, Any] | None = None
 ) -> np.ndarray | None:
-    """Per unit: when its first sample leaves the sink's ring buffer (CLOCK_MONOTONIC ns),
-    at the earliest the trace allows; ``MISSING`` where the ring buffer skipped it as late
+    """Per unit: when its first sample leaves the sink's ring buffer (CLOCK_MONOTONIC ns);
+    ``MISSING`` where the ring buffer skipped it as late
     (without the device's cycles: never before the render); None without the pipeline's
     clock or latency records.
 
@@ -156,8 +240,10 @@ def scheduled_presentation(
     pushes into the sink, the renders tell when the device takes each segment, which the
     sink's late-sample and clock-skew rules need, and bound how its ring lines up with
     them (:func:`device_ring`). A sample leaves that alignment after its place: the
-    estimate takes the least alignment the renders allow, and no earlier than the render
-    of its buffer returned where the ring explains that return (:func:`released_after`).
+    device's first cycle after the sink's calibration, less that calibration (the ring
+    buffer starts as the sink calibrates), within the renders' bounds; and no earlier
+    than the render of its buffer returned where the ring explains that return
+    (:func:`released_after`).
     A unit that starts later in a buffer than the buffer's first unit is presented that
     much later."""
     probe = table.probes[sink]
@@ -190,11 +276,7 @@ def scheduled_presentation(
     matched = seen & (rendered[at] == render)
     if not matched.any():
         return None
-    buffers, buffer_of_unit = np.unique(render, return_inverse=True)
-    first_start = np.full(len(buffers), np.iinfo(np.int64).max)
-    np.minimum.at(first_start, buffer_of_unit, journeys.unit_start)
-    into_buffer = journeys.unit_start - first_start[buffer_of_unit]
-    scheduled = presented[at] + into_buffer
+    scheduled = presented[at] + _into_buffer(journeys)
     typical = int(np.median(scheduled[matched] - render[matched]))
     scheduled = np.where(matched, scheduled, render + typical)
     if ring is None or calls is None:
@@ -206,9 +288,9 @@ def scheduled_presentation(
     # which is where a black box times a code damaged by the skip (by its whole frame).
     last = scheduled + journeys.unit_ns - 1 + ring.alignment_high_ns
     skipped = matched & (ring.segment_taken(last) < calls[at])
-    # every sample leaves the alignment after its place: at least the least alignment
-    # the renders allow (less the 0.5 ms they are read to)
-    leaves = scheduled + max(ring.alignment_low_ns - ROOM_TOLERANCE_NS, 0)
+    # every sample leaves the alignment after its place: the device's first cycle after
+    # the sink's calibration (its ring buffer started then), within the renders' bounds
+    leaves = scheduled + ring.alignment_ns
     floor = released_after(presented, buffer_lengths(duration, running), rendered, calls, ring)
     leaves = np.where(matched, np.maximum(leaves, floor[at]), leaves)
     return np.where(seen & ~skipped, leaves, MISSING)
