@@ -18,16 +18,13 @@ appends two estimated probes:
   at start-up, and realigns 20 ms earlier in most) but for the buffer at that
   correction in four. What the pushes do not show is how the sink's position 0 lines
   up with the device's cycles: the device takes the first segment at its first cycle
-  after the sink calibrated its clock and started its ring buffer (when its first render
-  began, or at the pipeline's latency after the base time if that was later), 0 to one
-  period later, and every sample leaves that much after its place. The renders bound
-  that alignment (:func:`device_ring`); the estimate is the first device cycle the
-  renders show after the calibration, within those bounds. (Taking the least alignment
-  the bounds allow, as before, left the black box on JACK +0.05 to +7.4 ms unexplained
-  over ten runs at 10 ms periods, +0.5 to +7.4 ms over ten at 20 ms, within 0.2 ms from
-  code to code; docs/signal.md has the figures of the first cycle after the calibration.
-  With the bounds taken from the schedule's places alone and the skew corrected only
-  when every alignment had passed, the 20 ms runs read -12.6 to
+  after the sink calibrated its clock (when its first render began), 0 to one period
+  later, and every sample leaves that much after its place. The renders bound it
+  (:func:`device_ring`); the estimate takes the least alignment they allow and is early
+  by the rest, the same for a whole run (against the black box on JACK: +0.05 to +7.4
+  ms over ten runs at 10 ms periods, +0.5 to +7.4 ms over ten at 20 ms, within 0.2 ms
+  from code to code; with the bounds taken from the schedule's places alone and the
+  skew corrected only when every alignment had passed, the 20 ms runs read -12.6 to
   +8.0 ms). It never puts a buffer before its render returned where the ring explains
   that return (:func:`released_after`). Without a clock or latency record it falls back
   to the render plus a full ring buffer (periods x period of the device), an upper
@@ -229,8 +226,8 @@ def _into_buffer(journeys: Journeys) -> np.ndarray:
 def scheduled_presentation(
     journeys: Journeys, table: EventTable, sink: int, device: dict[str, Any] | None = None
 ) -> np.ndarray | None:
-    """Per unit: when its first sample leaves the sink's ring buffer (CLOCK_MONOTONIC ns);
-    ``MISSING`` where the ring buffer skipped it as late
+    """Per unit: when its first sample leaves the sink's ring buffer (CLOCK_MONOTONIC ns),
+    at the earliest the trace allows; ``MISSING`` where the ring buffer skipped it as late
     (without the device's cycles: never before the render); None without the pipeline's
     clock or latency records.
 
@@ -240,10 +237,8 @@ def scheduled_presentation(
     pushes into the sink, the renders tell when the device takes each segment, which the
     sink's late-sample and clock-skew rules need, and bound how its ring lines up with
     them (:func:`device_ring`). A sample leaves that alignment after its place: the
-    device's first cycle after the sink's calibration, less that calibration (the ring
-    buffer starts as the sink calibrates), within the renders' bounds; and no earlier
-    than the render of its buffer returned where the ring explains that return
-    (:func:`released_after`).
+    estimate takes the least alignment the renders allow, and no earlier than the render
+    of its buffer returned where the ring explains that return (:func:`released_after`).
     A unit that starts later in a buffer than the buffer's first unit is presented that
     much later."""
     probe = table.probes[sink]
@@ -288,9 +283,11 @@ def scheduled_presentation(
     # which is where a black box times a code damaged by the skip (by its whole frame).
     last = scheduled + journeys.unit_ns - 1 + ring.alignment_high_ns
     skipped = matched & (ring.segment_taken(last) < calls[at])
-    # every sample leaves the alignment after its place: the device's first cycle after
-    # the sink's calibration (its ring buffer started then), within the renders' bounds
-    leaves = scheduled + ring.alignment_ns
+    # every sample leaves the alignment after its place: at least the least alignment
+    # the renders allow (less the 0.5 ms they are read to); the device's first cycle
+    # after the sink's calibration read +0.03 to +0.19 ms in seven runs of ten but -2.3
+    # in one undisturbed run, where the least alignment is early by [0, one period)
+    leaves = scheduled + max(ring.alignment_low_ns - ROOM_TOLERANCE_NS, 0)
     floor = released_after(presented, buffer_lengths(duration, running), rendered, calls, ring)
     leaves = np.where(matched, np.maximum(leaves, floor[at]), leaves)
     return np.where(seen & ~skipped, leaves, MISSING)
