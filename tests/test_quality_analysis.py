@@ -65,6 +65,7 @@ def test_skew_added_delays_and_planted_offset_have_their_known_values() -> None:
     assert sync["video_delay_ms"]["p50_ms"] == pytest.approx(200, abs=0.5)
     assert sync["added_ms"]["p50_ms"] == pytest.approx(-100, abs=0.5)
     assert all(h == pytest.approx(-100, abs=0.5) for h in sync["added_by_half_ms"])
+    assert sync["added_half_step_ms"] == pytest.approx(0, abs=0.5)
 
 
 def test_latest_before_takes_the_same_key_not_later_and_not_too_early() -> None:

@@ -19,6 +19,7 @@ from latlab import rundir
 from latlab.lab.scenario import parse_scenario
 from latlab.lab.sfu import ROOM, VIDEOROOM
 from latlab.pipeline import analysis_of
+from latlab.stitch.journeys import Journeys
 from latlab.stitch.position import MISSING
 from tests.conftest import latlab
 
@@ -185,16 +186,30 @@ def test_each_frame_is_followed_through_janus_to_every_subscriber(room_run: Path
         if stream["media"] == "audio":
             assert names[0] == "alice/sender-transform"  # the first segment is from alice/capture
     # per leg and media (a simulcast layer Janus forwarded for a moment is a stream of a
-    # few frames, some cut at the switch: 22 of 27 in one run), nearly every frame whole
+    # few frames): every frame reaches the subscriber's transform (all of them in two
+    # runs); nearly every one is whole to its presentation: 94.5-96.4 % of the video in
+    # two runs, the rest frames the subscriber received and never decoded (before its
+    # first key frame, or in flight at the stop)
+    analysed = analysis_of(room_run).streams
     for sub in ("bob", "carol"):
         for media in ("audio", "video"):
             mine = [s for s in through if s["id"].split("->")[2].startswith(f"{sub} ")
                     and s["media"] == media]  # fmt: skip
             units = sum(s["units"] for s in mine)
-            assert sum(s["complete_units"] for s in mine) >= 0.95 * units > 50, (sub, media)
+            assert sum(s["complete_units"] for s in mine) >= 0.9 * units > 50, (sub, media)
+            ids = {s["id"] for s in mine}
+            reached = [_reached_transform(a.journeys, sub) for a in analysed
+                       if a.journeys.stream_id in ids]  # fmt: skip
+            assert np.concatenate(reached).mean() >= 0.99, (sub, media)
         # an Opus frame is one packet: each audio frame's forwarding is its packet's dwell
         host = {"bob": "sub1", "carol": "sub2"}[sub]
         assert check_units_ride_their_packets(room_run, f"alice->sfu->{sub} ", sub, host) == 1
+
+
+def _reached_transform(journeys: Journeys, sub: str) -> np.ndarray:
+    """Per unit: whether it passed every probe up to the subscriber's receiver transform."""
+    through = journeys.probe_names.index(f"{sub}/receiver-transform") + 1
+    return np.all(journeys.times[:, :through] != MISSING, axis=1)
 
 
 def check_units_ride_their_packets(run_dir: Path, prefix: str, sub: str, host: str) -> int:

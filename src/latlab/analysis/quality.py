@@ -500,6 +500,7 @@ def _av_sync(
     ]
     half = np.asarray(sub["audio_s"]) >= float(clip["loop_s"]) / 2
     halves = [added[ok & ~half], added[ok & half]]
+    step = _half_step_ns(added, ok, np.asarray(sub["audio_s"], dtype=np.float64), half)
     return {
         **out,
         "matched": int(ok.sum()),
@@ -508,10 +509,35 @@ def _av_sync(
         "added_by_half_ms": [
             round(float(np.median(h)) / 1e6, 3) if len(h) else None for h in halves
         ],
+        # within each pass of the loop, second half less first: what drifts over the run
+        # (a link step, NetEq's buffer) cancels, a planted offset counted as added would not
+        "added_half_step_ms": None if step is None else round(step / 1e6, 3),
         "audio_delay_ms": _describe_ms(audio_delay[ok]),
         "video_delay_ms": _describe_ms(video_delay[known]),
         "per_second": per_second,
     }
+
+
+def _half_step_ns(
+    added: np.ndarray, ok: np.ndarray, audio_s: np.ndarray, half: np.ndarray
+) -> float | None:
+    """The median over the loop's passes of (the median of ``added`` in a pass's second
+    half less that in its first), over passes with both halves; None without any. A
+    pass begins where the clip's position wraps."""
+    passes = np.concatenate(([0], np.cumsum(np.diff(audio_s) < 0)))
+    keys = passes * 2 + half.astype(np.int64)
+    use = ok & np.isfinite(added)
+    if not use.any():
+        return None
+    groups, inverse = np.unique(keys[use], return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    values = added[use][order]
+    bounds = np.searchsorted(inverse[order], np.arange(len(groups)))
+    medians = np.array([np.median(chunk) for chunk in np.split(values, bounds[1:])])
+    first = dict(zip((groups // 2)[groups % 2 == 0], medians[groups % 2 == 0], strict=True))
+    second = dict(zip((groups // 2)[groups % 2 == 1], medians[groups % 2 == 1], strict=True))
+    steps = [second[p] - first[p] for p in second if p in first]
+    return float(np.median(steps)) if steps else None
 
 
 def _describe_ms(values_ns: np.ndarray) -> dict[str, Any] | None:
