@@ -530,14 +530,14 @@ def _half_step_ns(
     if not use.any():
         return None
     groups, inverse = np.unique(keys[use], return_inverse=True)
-    order = np.argsort(inverse, kind="stable")
-    values = added[use][order]
-    bounds = np.searchsorted(inverse[order], np.arange(len(groups)))
-    medians = np.array([np.median(chunk) for chunk in np.split(values, bounds[1:])])
-    first = dict(zip((groups // 2)[groups % 2 == 0], medians[groups % 2 == 0], strict=True))
-    second = dict(zip((groups // 2)[groups % 2 == 1], medians[groups % 2 == 1], strict=True))
-    steps = [second[p] - first[p] for p in second if p in first]
-    return float(np.median(steps)) if steps else None
+    medians = np.array([np.median(added[use][inverse == g]) for g in range(len(groups))])
+    passes_of, second = groups // 2, groups % 2 == 1
+    both = np.intersect1d(passes_of[second], passes_of[~second])
+    if not len(both):
+        return None
+    late = medians[second][np.isin(passes_of[second], both)]
+    early = medians[~second][np.isin(passes_of[~second], both)]
+    return float(np.median(late - early))
 
 
 def _describe_ms(values_ns: np.ndarray) -> dict[str, Any] | None:
