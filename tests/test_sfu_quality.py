@@ -50,12 +50,20 @@ repeat = [1, 1]
 """
 
 
+PLANTED_AV_MS = 60
+
+
 def reduced_matrix(directory: Path) -> Path:
-    """The shipped matrix with one cell (2 % loss) per SFU: its [sweep] table replaced."""
+    """The shipped matrix with one cell (2 % loss) per SFU: its [sweep] table replaced,
+    and an A/V offset planted in the clip's second half (its room's ``av_offset_ms``)."""
     text = SHIPPED.read_text(encoding="utf-8")
     start, end = text.index("[sweep]"), text.index("[hosts.sfu]")
+    text = text[:start] + REDUCED + text[end:]
+    room = text.index("[rooms.meeting]\n") + len("[rooms.meeting]\n")
+    text = text[:room] + f"av_offset_ms = {PLANTED_AV_MS}\n" + text[room:]
     path = directory / "sfu-quality-ci.toml"
-    path.write_text(text[:start] + REDUCED + text[end:], encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
+    parse_scenario(text, str(path))
     return path
 
 
@@ -90,6 +98,29 @@ def test_the_reduced_matrix_measures_every_figure_per_cell(matrix: tuple[Path, s
         assert abs(cell["av_added_ms"]) < 200, point["name"]
     assert "quality matrix · janus" in stdout and "quality matrix · livekit" in stdout
     assert "SFUs side by side" in stdout
+
+
+@pytest.mark.timeout(960)
+def test_the_planted_av_offset_is_seen_through_both_sfus(matrix: tuple[Path, str]) -> None:
+    """In every cell the clip's audio codes run 60 ms behind its video in the second half
+    of every loop: the publisher (its preview against its local track) and the subscriber
+    see a 60 ms step at the boundaries between the loop's halves, and what the system
+    added (measured against the publisher's own skew) does not step there."""
+    out, _ = matrix
+    for point in json.loads((out / rundir.SWEEP_FILE).read_text())["points"]:
+        summary = json.loads((out / point["dir"] / rundir.SUMMARY_FILE).read_text())
+        quality = summary["quality"]
+        assert quality["offset_ms"] == PLANTED_AV_MS
+        bob = quality["subscribers"]["bob"]["av_sync"]
+        seen = {"alice": quality["offset_seen_ms"], "bob": bob["offset_seen_ms"]}
+        # display times come in refresh steps (16.7 ms); the median over the boundaries
+        # of two browsers read 50.03 for 50 planted (the step read off two codes)
+        for who, found in seen.items():
+            assert found is not None and found["boundaries"] >= 4, (point["name"], who, found)
+            assert abs(found["p50_ms"] - PLANTED_AV_MS) < 16.7, (point["name"], who, found)
+        # the planted offset counted as added would step by 60
+        assert bob["added_half_step_ms"] is not None, point["name"]
+        assert abs(bob["added_half_step_ms"]) < 16.7, (point["name"], bob["added_half_step_ms"])
 
 
 @pytest.mark.timeout(300)
@@ -180,26 +211,18 @@ def test_mos_falls_with_the_loss_planted_on_each_link(proof: dict) -> None:
 
 
 @pytest.mark.timeout(480)
-def test_the_planted_av_offset_is_seen_and_not_counted_as_added(proof: dict) -> None:
-    """The clip's audio codes run 60 ms behind its video in the second half of every
-    loop: the publisher's capture skew and every subscriber's skew jump by 60 ms there,
-    and what the system added stays put (it is measured against the publisher's own)."""
+def test_under_four_browsers_the_planted_offset_is_not_counted_as_added(proof: dict) -> None:
+    """Four browsers on two cores: the publisher's fake camera falls behind (28.5 of 30
+    frames/s, its skew drifting by 50 ms a second) and pages show frames late, so a
+    boundary's step reads anything from -42 to +74 ms for the 60 planted (one CI run).
+    What the system added to bob (his link clean until its step) still does not step
+    by the planted 60 ms at the loop's half boundaries: -3.6 and -1.2 ms in two runs,
+    bound two display refreshes; every subscriber has the figure."""
     quality = proof["quality"]
-    seen = quality["offset_seen_ms"]
-    # the publisher's preview and tap, codes 200 ms apart, the video interpolated between
-    # frames: 50.03 ms for 50 planted with two browsers; a loaded preview shows frames late
-    # by up to a display refresh (16.7 ms)
-    assert seen is not None and abs(seen["p50_ms"] - 60) < 17, seen
-    bob = quality["subscribers"]["bob"]["av_sync"]  # his link is clean before its step
-    # a subscriber's display times come in 16.7 ms steps (its refresh): one step
-    assert abs(bob["offset_seen_ms"]["p50_ms"] - 60) < 17, bob["offset_seen_ms"]
-    first, second = bob["added_by_half_ms"]
-    # what the system added is nearly the same in both halves: 10.4 ms apart in one run,
-    # 21.9 in a CI run, two display refreshes (33.4 ms) at most. Not yet explained: in
-    # that CI run every subscriber's within-pass step (added_half_step_ms) was negative,
-    # -18.2 (bob), -21.7 and -39.0 ms: part of the planted 60 ms counted as added
-    assert abs(first - second) < 2 * 16.7, bob["added_by_half_ms"]
-    assert bob["added_half_step_ms"] is not None
+    assert quality["offset_ms"] == 60
+    bob = quality["subscribers"]["bob"]["av_sync"]
+    assert bob["added_half_step_ms"] is not None and bob["added_half_steps"] >= 3, bob
+    assert abs(bob["added_half_step_ms"]) < 2 * 16.7, bob["added_half_step_ms"]
     for name, sub in quality["subscribers"].items():
         sync = sub["av_sync"]
         assert sync["added_ms"] is not None and abs(sync["added_ms"]["p50_ms"]) < 300, name
@@ -213,9 +236,8 @@ def test_adaptation_is_timed_from_the_step_the_link_logged(proof: dict) -> None:
     interval; the other subscribers' links had no step, so they have no adaptation.
     The step back up is found at its time, but its recovery is not asserted: 2 s are
     too short for a receiver's estimate to ramp up (2 s after it bob's rate was still
-    the capped one's, 34.7 against 39.8 kbit/s), and a longer run moves the A/V figures
-    of test_the_planted_av_offset_is_seen_and_not_counted_as_added (the halves 23.7 ms
-    apart with 8 s after the step)."""
+    the capped one's, 34.7 against 39.8 kbit/s); a longer run would cost every CI run
+    its seconds."""
     subs = proof["quality"]["subscribers"]
     down, up = subs["bob"]["adaptation"]
     assert (down["at_s"], up["at_s"]) == (30.0, 38.0)

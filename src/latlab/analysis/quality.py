@@ -51,6 +51,8 @@ SETTLED_BAND = 0.2  # within 20 % of the move of the level it settled at
 MIN_MOVE = 0.1  # a level that moved less than 10 % did not change
 MOVING_GAP_NS = 100_000_000  # a skew needs new frames shown within 100 ms around the code
 MATCH_WINDOW_NS = 3_000_000_000  # the publisher showed a frame at most this long before
+BOUNDARY_SIDE_NS = 1_000_000_000  # a half boundary's step: the codes within 1 s either side
+BOUNDARY_GAP_NS = 500_000_000  # codes further apart than this are not in a row
 
 
 class QualityError(SignalError):
@@ -391,24 +393,70 @@ def skew_series(records: QualityRecords, clip: dict[str, Any], window: tuple) ->
 
 
 def offset_seen(skew: dict, clip: dict[str, Any]) -> dict[str, Any] | None:
-    """The A/V offset a member saw planted in the clip: at each pass from the loop's first
-    half to its second, the skew at the second half's first code less the first half's
-    last (200 ms apart: the capture's drift cannot move it), negated (codes written late
-    read as audio behind), median over the passes; None without such a pass."""
-    half = float(clip["loop_s"]) / 2
-    t, media, values = skew["t_ns"], skew["audio_s"], skew["skew_ns"]
-    if len(t) < 2:
+    """The A/V offset a member saw planted in the clip's second half: at each boundary
+    between the loop's halves (both ways), the skew's step from the first half's side to
+    the second's (``half_steps``: a line through the codes within a second either side,
+    so the capture's drift cancels), negated (codes written late read as audio behind),
+    median over the boundaries; None without such a boundary."""
+    loop_ns = float(clip["loop_s"]) * 1e9
+    jumps = -half_steps(skew["t_ns"], skew["audio_s"], skew["skew_ns"], clip, loop_ns) / 1e6
+    if not len(jumps):
         return None
-    crossing = (media[:-1] < half) & (media[1:] >= half) & (np.diff(t) < 0.5e9)
-    if not crossing.any():
-        return None
-    jumps = -(values[1:][crossing] - values[:-1][crossing]) / 1e6
     return {
-        "passes": int(crossing.sum()),
+        "boundaries": len(jumps),
         "p50_ms": round(float(np.median(jumps)), 3),
         "min_ms": round(float(jumps.min()), 3),
         "max_ms": round(float(jumps.max()), 3),
     }
+
+
+def half_steps(
+    t_ns: np.ndarray,
+    audio_s: np.ndarray,
+    values: np.ndarray,
+    clip: dict[str, Any],
+    wrap_ns: float | None = None,
+) -> np.ndarray:
+    """Per boundary between the loop's halves, either way (codes in a row, less than
+    BOUNDARY_GAP_NS apart): how much higher ``values`` are on the second half's side,
+    fitted as one line with a step over the codes within BOUNDARY_SIDE_NS either side (at
+    least two on each), so that what drifts across the boundary cancels. ``wrap_ns``:
+    values wrapped to half of it are unwrapped around the boundary first."""
+    t = np.asarray(t_ns, dtype=np.float64)
+    second = np.asarray(audio_s, dtype=np.float64) >= float(clip["loop_s"]) / 2
+    if len(t) < 4:
+        return np.empty(0)
+    cut = (second[1:] != second[:-1]) | (np.diff(t) >= BOUNDARY_GAP_NS)
+    segment = np.concatenate(([0], np.cumsum(cut)))
+    joins = 1 + np.flatnonzero((second[1:] != second[:-1]) & (np.diff(t) < BOUNDARY_GAP_NS))
+    values = np.asarray(values, dtype=np.float64)
+    steps = [_step_at(t, second, values, segment, int(i), wrap_ns) for i in joins]
+    return np.array([s for s in steps if s is not None], dtype=np.float64)
+
+
+def _step_at(
+    t: np.ndarray,
+    second: np.ndarray,
+    values: np.ndarray,
+    segment: np.ndarray,
+    join: int,
+    wrap_ns: float | None,
+) -> float | None:
+    """``half_steps`` at one boundary (``join`` is the first code after it)."""
+    middle = (t[join - 1] + t[join]) / 2
+    near = (np.abs(t - middle) <= BOUNDARY_SIDE_NS) & (
+        (segment == segment[join - 1]) | (segment == segment[join])
+    )
+    side = second[near].astype(np.float64)
+    if side.sum() < 2 or (1 - side).sum() < 2:
+        return None
+    y = values[near]
+    if wrap_ns is not None:
+        y = y[0] + np.mod(y - y[0] + wrap_ns / 2, wrap_ns) - wrap_ns / 2
+    x = (t[near] - middle) / 1e9
+    design = np.column_stack((np.ones_like(x), x, side))
+    coef = np.linalg.lstsq(design, y, rcond=None)[0]
+    return float(coef[2])
 
 
 def _within(t: np.ndarray, window: tuple) -> np.ndarray:
@@ -498,46 +546,20 @@ def _av_sync(
         {"t_s": int(s), "added_ms": round(float(np.median(added[ok & (second == s)])) / 1e6, 3)}
         for s in np.unique(second[ok])
     ]
-    half = np.asarray(sub["audio_s"]) >= float(clip["loop_s"]) / 2
-    halves = [added[ok & ~half], added[ok & half]]
-    step = _half_step_ns(added, ok, np.asarray(sub["audio_s"], dtype=np.float64), half)
+    steps = half_steps(sub["t_ns"][ok], sub["audio_s"][ok], added[ok], clip)
     return {
         **out,
         "matched": int(ok.sum()),
         "added_ms": _describe_ms(added[ok]),
-        # by the loop's half: a planted offset (second half) must not move it
-        "added_by_half_ms": [
-            round(float(np.median(h)) / 1e6, 3) if len(h) else None for h in halves
-        ],
-        # within each pass of the loop, second half less first: what drifts over the run
-        # (a link step, NetEq's buffer) cancels, a planted offset counted as added would not
-        "added_half_step_ms": None if step is None else round(step / 1e6, 3),
+        # at the boundaries between the loop's halves, the second half's side less the
+        # first's: what drifts (a link step, NetEq's buffer) cancels, a planted offset
+        # counted as added would not
+        "added_half_step_ms": (round(float(np.median(steps)) / 1e6, 3) if len(steps) else None),
+        "added_half_steps": len(steps),
         "audio_delay_ms": _describe_ms(audio_delay[ok]),
         "video_delay_ms": _describe_ms(video_delay[known]),
         "per_second": per_second,
     }
-
-
-def _half_step_ns(
-    added: np.ndarray, ok: np.ndarray, audio_s: np.ndarray, half: np.ndarray
-) -> float | None:
-    """The median over the loop's passes of (the median of ``added`` in a pass's second
-    half less that in its first), over passes with both halves; None without any. A
-    pass begins where the clip's position wraps."""
-    passes = np.concatenate(([0], np.cumsum(np.diff(audio_s) < 0)))
-    keys = passes * 2 + half.astype(np.int64)
-    use = ok & np.isfinite(added)
-    if not use.any():
-        return None
-    groups, inverse = np.unique(keys[use], return_inverse=True)
-    medians = np.array([np.median(added[use][inverse == g]) for g in range(len(groups))])
-    passes_of, second = groups // 2, groups % 2 == 1
-    both = np.intersect1d(passes_of[second], passes_of[~second])
-    if not len(both):
-        return None
-    late = medians[second][np.isin(passes_of[second], both)]
-    early = medians[~second][np.isin(passes_of[~second], both)]
-    return float(np.median(late - early))
 
 
 def _describe_ms(values_ns: np.ndarray) -> dict[str, Any] | None:
