@@ -221,6 +221,9 @@ def leftovers(pid: int, run_dir: Path, before: dict[int, tuple[int, str]],
             found.append(f"process {proc}: {cmd[:100]}")
     shm = Path("/dev/shm")
     found += [str(p) for p in shm.iterdir() if tag in p.name] if shm.is_dir() else []
+    from latlab.lab.jackfiles import registered_names
+
+    found += [f"JACK registry slot {n}" for n in registered_names() if n.startswith(tag)]
     if token:
         from latlab.lab import owner
 
@@ -332,7 +335,7 @@ def one_kill(kind: Kind, index: int, phase: str, scenario: Path, work: Path,
         run.wait_for("<eof>", kill.delay_s)
     kill.phase_seen = run.phase() if run.popen.poll() is None else "ended"
     before = descendants(pid)
-    os.kill(pid, signal.SIGKILL)
+    run.popen.send_signal(signal.SIGKILL)  # not if the run ended (and was reaped) first
     run.popen.wait(timeout=30)
     run.reader.join(timeout=30)
     token = _journal_token(run_dir)

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -38,17 +39,47 @@ def remove_jack_files(server_name: str) -> None:
                 path.unlink()
 
 
-def jack_registered(name: str) -> bool:
-    """Whether JACK's shared registry still holds a server of this name.
+def registered_pid(name: str) -> int | None:
+    """The pid JACK's shared registry holds for a server of this name (None: no slot).
 
     A jackd that was killed (SIGKILL) keeps its slot in ``/dev/shm/jack-shm-registry``;
-    JACK has 8 slots and frees one only when a server of the same name starts.
+    JACK has 8 slots and frees one only when a server of the same name starts while the
+    pid in the slot is gone. A slot is the server's pid (4 bytes, host order) followed by
+    ``jack-UID:NAME:``.
     """
     try:
         data = JACK_REGISTRY.read_bytes()
     except OSError:
-        return False
-    return name in {m.group(1).decode() for m in JACK_REGISTRY_RE.finditer(data)}
+        return None
+    for match in JACK_REGISTRY_RE.finditer(data):
+        if match.group(1).decode() == name and match.start() >= 4:
+            return int.from_bytes(data[match.start() - 4 : match.start()], sys.byteorder)
+    return None
+
+
+def registered_names() -> list[str]:
+    """The latlab-named (``llab-PID-...``) servers JACK's registry holds a slot for."""
+    try:
+        data = JACK_REGISTRY.read_bytes()
+    except OSError:
+        return []
+    return [m.group(1).decode() for m in JACK_REGISTRY_RE.finditer(data)]
+
+
+def jack_registered(name: str) -> bool:
+    """Whether JACK's shared registry still holds a server of this name."""
+    return registered_pid(name) is not None
+
+
+def _wait_gone(pid: int, timeout_s: float) -> bool:
+    """Wait until ``pid`` no longer exists, zombie included (JACK's ``kill(pid, 0)``
+    still finds a killed server its new parent has not reaped yet)."""
+    deadline = time.monotonic() + timeout_s
+    while os.path.exists(f"/proc/{pid}"):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(POLL_S)
+    return True
 
 
 def registry_full_hint() -> str:
@@ -95,7 +126,11 @@ def reclaim_jack_registration(name: str) -> None:
 
 
 def remove_jack_server(name: str) -> None:
-    """What a killed JACK server of latlab's left: its files, its registry slot."""
+    """What a killed JACK server of latlab's left: its files, its registry slot (once the
+    killed server is gone: JACK reclaims no slot whose pid still exists)."""
     remove_jack_files(name)
-    if shutil.which("jackd") and jack_registered(name):
-        reclaim_jack_registration(name)
+    pid = registered_pid(name)
+    if pid is None or not shutil.which("jackd"):
+        return
+    _wait_gone(pid, STOP_GRACE_S)
+    reclaim_jack_registration(name)
