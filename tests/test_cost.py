@@ -15,17 +15,21 @@ from latlab.rundir import cost_file
 START = 1_000_000_000_000  # perf started counting here (CLOCK_MONOTONIC ns)
 
 
-def _perf_csv(path: Path, idle_s: float, load_s: float) -> None:
+def _perf_csv(path: Path, idle_s: float, load_s: float, burst: int = 0) -> None:
     """perf stat -I 100 -x , output: idle (1 ms CPU/s, 10 switches/s, 20 syscalls/s),
     then loaded (101 ms CPU/s, 210 switches/s, 420 syscalls/s); some intervals
-    "<not counted>" while idle (the task did not run)."""
+    "<not counted>" while idle (the task did not run); ``burst``: the idle window's last
+    intervals busy (26 ms CPU each: start-up work, not the process's idle timers)."""
     lines = ["# started on Wed Nov 25 12:00:00 2026", ""]
     steps = round((idle_s + load_s) * 10)
     for i in range(1, steps + 1):
         at = i / 10
         loaded = at > idle_s + 1e-9
         cpu, switches, calls = (10.1, 21, 42) if loaded else (0.1, 1, 2)
-        if not loaded and i % 5 == 0:
+        busy = not loaded and i > round(idle_s * 10) - burst
+        if busy:
+            cpu, switches, calls = 26.0, 30, 90
+        if not loaded and not busy and i % 5 == 0:
             lines += [f"{at:14.9f},<not counted>,msec,task-clock,0,100.00,,",
                       f"{at:14.9f},<not counted>,,context-switches,0,100.00,,"]  # fmt: skip
             cpu, switches = 0.0, 0
@@ -47,8 +51,11 @@ def test_perf_intervals_are_read_with_not_counted_as_zero(tmp_path: Path) -> Non
     assert counts["raw_syscalls:sys_enter"].sum() == 10 * 2 + 10 * 42
 
 
-def test_idle_baseline_is_subtracted_per_forwarded_packet(tmp_path: Path) -> None:
-    _perf_csv(cost_file(tmp_path, "sfu-proc"), idle_s=2.0, load_s=3.0)
+@pytest.mark.parametrize("burst", [0, 3])
+def test_idle_baseline_is_subtracted_per_forwarded_packet(tmp_path: Path, burst: int) -> None:
+    """Also when the idle window ends in a burst of start-up work (its last 300 ms at
+    26 % of a CPU): the baseline is the window's quietest second, the timers alone."""
+    _perf_csv(cost_file(tmp_path, "sfu-proc"), idle_s=2.0, load_s=3.0, burst=burst)
     second = 1_000_000_000
     meta = {"processes": [{"name": "sfu-proc", "host": "sfu"}],
             "measure_start_monotonic_ns": START + 2 * second,
@@ -67,6 +74,8 @@ def test_idle_baseline_is_subtracted_per_forwarded_packet(tmp_path: Path) -> Non
     assert per["context_switches"] == pytest.approx((210 - 8) / 1000)
     assert per["syscalls"] == pytest.approx((420 - 20) / 1000)
     assert found["per_packet_gross"]["syscalls"] == pytest.approx(0.42)
+    assert found["idle"]["baseline_s"] == pytest.approx(1.0)
+    assert found["idle"]["cpu_percent"] == pytest.approx(0.08)
 
 
 def test_missing_counts_are_an_error_not_a_figure(tmp_path: Path) -> None:
