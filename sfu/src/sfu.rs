@@ -1270,6 +1270,8 @@ impl Sfu {
                     let _ = reply.send(r);
                 }
                 Request::Stats { reply } => {
+                    // a Leave answered in this batch is counted as left, not pending
+                    self.reap();
                     let _ = reply.send(Reply::Stats(self.stats_json()));
                 }
             }
