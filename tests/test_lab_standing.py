@@ -21,10 +21,14 @@ REPO = Path(__file__).resolve().parent.parent
 A, B = f"t{os.getpid()}a", f"t{os.getpid()}b"  # unique hosts: llab-0-tPIDa, llab-0-tPIDb
 
 
-def scenario(tmp_path: Path, link: str = "") -> Path:
+LAST_CPU = max(os.sched_getaffinity(0))
+
+
+def scenario(tmp_path: Path, link: str = "", a: str = "") -> Path:
+    """Hosts A and B joined by a link (``link``: its impairments; ``a``: host A's keys)."""
     path = tmp_path / "lab.toml"
     path.write_text(
-        f'name = "lab-test"\nduration_s = 1\n[hosts.{A}]\n[hosts.{B}]\n'
+        f'name = "lab-test"\nduration_s = 1\n[hosts.{A}]\n{a}[hosts.{B}]\n'
         f'[[links]]\nbetween = ["{A}", "{B}"]\n{link}'
     )
     return path
@@ -65,7 +69,8 @@ def lab_down_after(tmp_path: Path):
 
 
 def test_up_exec_down(tmp_path: Path, lab_down_after: None) -> None:
-    up = latlab(tmp_path, "lab", "up", str(scenario(tmp_path)), "--out", str(tmp_path / "out"))
+    text = scenario(tmp_path, a=f"cpus = [{LAST_CPU}]\n")
+    up = latlab(tmp_path, "lab", "up", str(text), "--out", str(tmp_path / "out"))
     assert up.returncode == 0, up.stderr
     assert f"llab-0-{A}" in up.stdout and "10.77.0.2" in up.stdout and "lab exec" in up.stdout
     state = json.loads((tmp_path / "state" / "lab.json").read_text())
@@ -82,6 +87,12 @@ def test_up_exec_down(tmp_path: Path, lab_down_after: None) -> None:
     assert netns.stdout.strip() == f"llab-0-{B}"
     echo = latlab(tmp_path, "lab", "exec", A, "--", "cat", stdin="hello\n")
     assert echo.stdout == "hello\n"
+    # host A's commands run on its CPUs (as latlab run's programs would), B's anywhere
+    status = latlab(tmp_path, "lab", "exec", A, "--", "cat", "/proc/self/status").stdout
+    assert f"Cpus_allowed_list:\t{LAST_CPU}\n" in status, status
+    status = latlab(tmp_path, "lab", "exec", B, "--", "cat", "/proc/self/status").stdout
+    if len(os.sched_getaffinity(0)) > 1:
+        assert f"Cpus_allowed_list:\t{LAST_CPU}\n" not in status, status
 
     error = one_line_error(latlab(tmp_path, "lab", "exec", "nope", "--", "true"))
     assert error == f"latlab: error: unknown host 'nope' (hosts: {A}, {B})"

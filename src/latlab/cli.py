@@ -539,11 +539,14 @@ def lab_exec(
     """Run a command inside a host's namespace; its exit code is passed through."""
     import os
 
-    from latlab.lab.standing import exec_argv
+    from latlab.lab.standing import exec_argv, host_cpus
 
     argv = exec_argv(host, list(command or []))
     sys.stdout.flush()
     try:
+        cpus = host_cpus(host)
+        if cpus:  # the host's CPUs, as latlab run gives its programs
+            os.sched_setaffinity(0, cpus)
         os.execvp(argv[0], argv)
     except OSError as exc:
         raise UserInputError(f"{argv[0]}: cannot run: {exc.strerror}") from None

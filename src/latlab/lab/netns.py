@@ -32,7 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from latlab.errors import MeasurementError
+from latlab.errors import EnvironmentProblem, MeasurementError
 from latlab.lab import links as emulated
 from latlab.lab import netem, owner
 from latlab.lab.capture import Capture, CaptureError
@@ -57,6 +57,10 @@ STANDING_OWNER = 0
 
 class LabError(MeasurementError, RuntimeError):
     """Setting up or tearing down the lab failed; ``str()`` is one line."""
+
+
+class CpusUnavailable(EnvironmentProblem):
+    """A host's ``cpus`` names a CPU latlab may not run on here; ``str()`` is one line."""
 
 
 def namespace_name(pid: int, host: str) -> str:
@@ -219,6 +223,7 @@ class Lab:
         self.captures: list[Capture] = []
         self._check_router_names()
         self.clocks = HostClocks(())  # planted clocks: from_scenario sets them
+        self.cpus: dict[str, tuple[int, ...]] = {}  # hosts' CPUs: from_scenario sets them
         self._created: list[str] = []
         self._stack = ExitStack()
 
@@ -251,7 +256,25 @@ class Lab:
             owner_pid=owner_pid,
         )
         lab.clocks = HostClocks(scenario.hosts)
+        lab.cpus = {h.name: h.cpus for h in scenario.hosts if h.cpus}
+        lab.check_cpus()
         return lab
+
+    def check_cpus(self) -> None:
+        """CpusUnavailable if a host's ``cpus`` names a CPU this process may not run on."""
+        usable = os.sched_getaffinity(0)
+        for host, cpus in self.cpus.items():
+            missing = sorted(set(cpus) - usable)
+            if missing:
+                raise CpusUnavailable(
+                    f"host '{host}': cpus {missing} not available here "
+                    f"(CPUs latlab may use: {', '.join(map(str, sorted(usable)))})"
+                )
+
+    def host_cpus(self, host: str) -> tuple[int, ...] | None:
+        """The CPUs ``host``'s programs run on (None: any)."""
+        self._check_host(host)
+        return self.cpus.get(host)
 
     def namespace(self, host: str) -> str:
         """Namespace name of ``host``."""
@@ -293,7 +316,9 @@ class Lab:
     def describe(self) -> dict[str, Any]:
         """Hosts and links as plain data (for run.json)."""
         hosts = {h: {"namespace": self.namespace(h), "addr": self.addr(h),
-                     **self.clocks.describe_host(h)} for h in self.hosts}  # fmt: skip
+                     **self.clocks.describe_host(h),
+                     **({"cpus": list(self.cpus[h])} if h in self.cpus else {})}
+                 for h in self.hosts}  # fmt: skip
         links = [
             {
                 "between": [p.a, p.b],

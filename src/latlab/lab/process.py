@@ -41,6 +41,23 @@ def failure_line(result: subprocess.CompletedProcess[str]) -> str:
     return " ".join(result.stderr.split()) or f"exit code {result.returncode}"
 
 
+def _pinned(
+    preexec: Callable[[], None] | None, cpus: Sequence[int] | None
+) -> Callable[[], None] | None:
+    """``preexec`` preceded by setting the CPU affinity to ``cpus`` (inherited across exec
+    by every thread and child)."""
+    if not cpus:
+        return preexec
+    allowed = set(cpus)
+
+    def run() -> None:
+        os.sched_setaffinity(0, allowed)
+        if preexec is not None:
+            preexec()
+
+    return run
+
+
 @dataclass
 class ChildProcess:
     """A child started with stdout read line by line (to detect readiness) and logged."""
@@ -52,6 +69,8 @@ class ChildProcess:
     exited: threading.Event
     ready_marker: str | None = READY_MARKER  # None: readiness comes from mark_ready
     preexec: Callable[[], None] | None = None  # run in the child before exec (sched policy)
+    cpus: Sequence[int] | None = None  # the CPUs it (every thread and child) may run on
+    cpus_seen: list[int] | None = None  # its affinity as the kernel had it after exec
     on_line: Callable[[str], None] | None = None  # called with each stdout line, as read
     stop_steps: Sequence[tuple[signal.Signals, str, float | None]] = STOP_STEPS
     # asks the program to close itself (a browser: DevTools); tried before the signals
@@ -82,9 +101,12 @@ class ChildProcess:
             text=True,
             errors="replace",
             start_new_session=True,
-            preexec_fn=self.preexec,
+            preexec_fn=_pinned(self.preexec, self.cpus),
         )
         self._journaled = owner.record_process(self.popen.pid, self.name)
+        if self.cpus:  # what the kernel holds for it, once exec'd (Popen returns after)
+            with contextlib.suppress(OSError):
+                self.cpus_seen = sorted(os.sched_getaffinity(self.popen.pid))
         self._reader = threading.Thread(target=self._read_stdout, name=f"stdout-{self.name}")
         self._reader.daemon = True
         self._reader.start()
@@ -234,6 +256,7 @@ class ChildProcess:
             "started_monotonic_ns": self.started_ns,
             "ready_monotonic_ns": self.ready_ns,
             "stopped": self.stopped,
+            **({"cpus": self.cpus_seen} if self.cpus else {}),
         }
 
     def _escalate(self, steps: Sequence[tuple[signal.Signals, str, float | None]]) -> str:

@@ -281,6 +281,7 @@ class _Run:
         addrs = self.lab.addrs()
         for proc in self.scenario.processes:
             child = self._child(proc, addrs)
+            child.cpus = self.lab.host_cpus(proc.host)
             self.children.append((proc, child))
             child.start(self._env(proc, addrs))
             if child.pid is not None and not proc.cost:  # perf's workload: once ready
@@ -324,6 +325,7 @@ class _Run:
             server = sfu_server(spec, self.lab.namespace(spec.host),
                                 self.lab.host_addrs(spec.host), self.out_dir, self.exited,
                                 wrap)  # fmt: skip
+            server.child.cpus = self.lab.host_cpus(spec.host)
             self.sfus.append(server)
             try:
                 server.start(os.environ)
@@ -348,6 +350,7 @@ class _Run:
             namespace = self.lab.namespace(load.host)
             generator = LoadGenerator(load, namespace, own, server.load_args(load),
                                       self.out_dir, self.exited)  # fmt: skip
+            generator.child.cpus = self.lab.host_cpus(load.host)
             self.loads.append(generator)
             try:
                 generator.start({**os.environ, **server.load_env(load)})

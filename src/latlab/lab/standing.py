@@ -201,6 +201,11 @@ def exec_argv(host: str, command: list[str]) -> list[str]:
     return ["ip", "netns", "exec", hosts[host]["namespace"], *command]
 
 
+def host_cpus(host: str) -> list[int] | None:
+    """The CPUs ``host`` of the standing lab runs its programs on (None: any)."""
+    return require_state()["hosts"].get(host, {}).get("cpus")
+
+
 def lab_down() -> dict[str, Any]:
     """Stop the lab's processes, delete its namespaces, remove the state; returns the state."""
     state = require_state()

@@ -61,6 +61,7 @@ from latlab.lab.scenario.refs import SIGNAL_PLACEHOLDERS, SIGNAL_REFS, expand, l
 from latlab.lab.scenario.rules import (
     ARGV,
     BOOLEAN,
+    CPUS,
     ENTITY_NAME,
     ENV_NAMES,
     FLAGS,
@@ -277,10 +278,13 @@ class LinkTable(Impairment, _Ends):
 
 class HostTable(Table):
     """A ``[hosts.NAME]`` table: a network namespace; ``capture = true`` logs every packet
-    it sends and receives with kernel timestamps (``captures/NAME.lllink``)."""
+    it sends and receives with kernel timestamps (``captures/NAME.lllink``); ``cpus``:
+    the CPUs its programs (processes, browsers, SFU, load) run on, as a machine of its
+    own would."""
 
     capture: Annotated[bool, BOOLEAN] = False
     clock: ClockTable | None = None
+    cpus: Annotated[tuple[int, ...], CPUS] | None = None
 
     @model_validator(mode="after")
     def _capture_on_its_clock(self) -> HostTable:
@@ -944,7 +948,7 @@ class ScenarioFile(Table):
             name=self.name,
             duration_s=self.duration_s,
             hosts=tuple(
-                Host(name=n, capture=t.capture, clock=t.build_clock())
+                Host(name=n, capture=t.capture, clock=t.build_clock(), cpus=t.cpus)
                 for n, t in self.hosts.items()
             ),
             links=tuple(link.build() for link in self.links),

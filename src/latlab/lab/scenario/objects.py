@@ -59,11 +59,13 @@ class HostClock:
 @dataclass(frozen=True)
 class Host:
     """A host: in the lab, one network namespace; ``capture``: log its every packet;
-    ``clock``: its own clock (then every host of the scenario is its own clock domain)."""
+    ``clock``: its own clock (then every host of the scenario is its own clock domain);
+    ``cpus``: the CPUs its programs run on (None: any)."""
 
     name: str
     capture: bool = False
     clock: HostClock | None = None
+    cpus: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -165,6 +165,20 @@ def int_from(value: Any, low: int, high: int) -> int:
     return value
 
 
+def _cpus(value: Any) -> tuple[int, ...]:
+    """A non-empty list of distinct CPU numbers."""
+    if not isinstance(value, list) or not value:
+        raise Problem(f"must be a non-empty list of CPU numbers (e.g. [1]), not {value!r}")
+    cpus = tuple(int_from(v, 0, MAX_CPU) for v in value)
+    if len(set(cpus)) != len(cpus):
+        raise Problem(f"lists a CPU twice: {value!r}")
+    return cpus
+
+
+MAX_CPU = 4095
+CPUS = PlainValidator(_cpus)
+
+
 def integer(low: int, high: int) -> PlainValidator:
     """An integer from ``low`` to ``high``."""
     return PlainValidator(lambda value: int_from(value, low, high))
