@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
 from latlab.analysis.blackbox import (
@@ -33,7 +34,7 @@ from latlab.analysis.blackbox import (
 from latlab.ingest.browser_signal import DELIVERY_TIMING, write_timing_log
 from latlab.lab.scenario import ScenarioError, parse_scenario
 from latlab.pipeline import analyze_run
-from latlab.rundir import RECEIVED_WAV
+from latlab.rundir import BLACKBOX_FILE, RECEIVED_WAV
 from latlab.rundir import SIGNAL as SIGNAL_DIR
 from latlab.signal.commands import GenerateOptions, generate_file
 from latlab.signal.wavio import read_wav, write_wav
@@ -382,16 +383,26 @@ def test_planted_link_delay_moves_black_box_and_probes_alike(planted: dict) -> N
     the device's next cycle (+0.2 to +9.5 ms in 36 runs). Within a run it holds (0.01 to
     0.23 ms between codes) as long as the estimate places the samples where the sink
     does: when the sink resyncs on a RESYNC flag, after its discont-wait, after running
-    dry or by its skew slaving, and skips what comes too late."""
-    boxes = {delay: summary["blackbox"] for delay, (_, summary) in planted.items()}
+    dry or by its skew slaving, and skips what comes too late; and between JACK xruns,
+    which may move how a device's cycles line up with its clients (in one CI run the
+    recording device's server ran 38 µs late, and the black box 2.9 ms longer from the
+    next code on, the probes unchanged): the run reports them, the codes between two
+    are held to it apart."""
     period_ms = 10.0
-    for box in boxes.values():
+    for run_dir, summary in planted.values():
+        box = summary["blackbox"]
         codes = box["codes"]
         assert codes["injected"] >= 20
         assert codes["found"] == codes["injected"]
         assert codes["matched_to_units"] >= codes["injected"] - 1
-        spread = box["unexplained"]["max_ms"] - box["unexplained"]["min_ms"]
-        assert spread < 1.0
+        rows = pq.read_table(run_dir / BLACKBOX_FILE)
+        unexplained = rows.column("unexplained_ms").to_numpy()
+        xruns = rows.column("xruns_before").to_numpy()
+        used = rows.column("in_window").to_numpy() & np.isfinite(unexplained)
+        assert len(np.unique(xruns[used])) <= 1 + len(box["xruns"]["at_s"])
+        for stretch in np.unique(xruns[used]):
+            between = unexplained[used & (xruns == stretch)]
+            assert between.max() - between.min() < 1.0, (box["xruns"], between)
         assert box["span"]["to"] == "receiver/jackaudiosink0:device"
         assert box["span"]["from_plus_ms"] == period_ms
         # early by how the ring buffer lines up with JACK's periods: [0, one period)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -88,6 +88,7 @@ class RigLog:
     xruns: int
     recording: str | None = None
     pushed: bool = False  # blocks are buffers pushed at once (GStreamer), not device cycles
+    xrun_ns: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # JACK's
 
     def per_unit(self, unit_ns: int) -> RigLog:
         """A pushed log cut into blocks of one unit each, every one at its buffer's push.
@@ -233,6 +234,7 @@ def _rig_log(path: Path, table: pa.Table, meta: dict[str, Any]) -> RigLog:
         nframes=table.column("nframes").to_numpy().astype(np.int64),
         xruns=int(meta.get("xruns", 0)),
         recording=recording,
+        xrun_ns=np.sort(np.asarray(meta.get("xrun_monotonic_ns") or [], dtype=np.int64)),
     )
 
 
@@ -711,8 +713,28 @@ def black_box_summary(
         "black_box": _describe(np.round(black[found]).astype(np.int64)),
         "probed": _describe(np.round(probed[matched]).astype(np.int64)),
         "unexplained": _describe(np.round(unexplained[matched]).astype(np.int64)),
+        "xruns": _xruns(inject, record, window),
     }
-    return summary, _codes_table(delays, probed, counted)
+    xruns_before = np.searchsorted(_all_xruns(inject, record), delays.record_ns, side="right")
+    return summary, _codes_table(delays, probed, counted, xruns_before)
+
+
+def _all_xruns(inject: RigLog, record: RigLog) -> np.ndarray:
+    return np.sort(np.concatenate([inject.xrun_ns, record.xrun_ns]))
+
+
+def _xruns(inject: RigLog, record: RigLog, window: tuple[int, int] | None) -> dict[str, Any]:
+    """The JACK xruns the rigs' clients were told of (summary.json ``blackbox.xruns``):
+    an xrun may move how the device's cycles line up with the client's, which the probes
+    cannot see, so codes after one are compared apart (``blackbox.parquet``
+    ``xruns_before``); ``at_s``: when, after the measured window opened."""
+    origin = window[0] if window is not None else None
+    times = _all_xruns(inject, record)
+    return {
+        "inject": len(inject.xrun_ns),
+        "record": len(record.xrun_ns),
+        "at_s": [] if origin is None else np.round((times - origin) / 1e9, 3).tolist(),
+    }
 
 
 def _end_text(ends: SignalEnds, side: str) -> str:
@@ -742,8 +764,11 @@ def _span_names(
     return named
 
 
-def _codes_table(delays: CodeDelays, probed: np.ndarray, counted: np.ndarray) -> pa.Table:
-    """One row per code sent (``blackbox.parquet``)."""
+def _codes_table(
+    delays: CodeDelays, probed: np.ndarray, counted: np.ndarray, xruns_before: np.ndarray
+) -> pa.Table:
+    """One row per code sent (``blackbox.parquet``); ``xruns_before``: how many JACK xruns
+    came before the code was recorded."""
     return pa.table(
         {
             "index": delays.index,
@@ -756,5 +781,6 @@ def _codes_table(delays: CodeDelays, probed: np.ndarray, counted: np.ndarray) ->
             "confidence": delays.confidence,
             "inferred": delays.inferred,
             "dropout": delays.dropout,
+            "xruns_before": xruns_before.astype(np.int64),
         }
     )

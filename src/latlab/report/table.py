@@ -211,6 +211,17 @@ def blackbox_view(summary: dict[str, Any]) -> Group:
                 style="dim",
             )
         )
+    xruns = box.get("xruns") or {}
+    if xruns.get("at_s"):
+        when = ", ".join(f"{t:g}" for t in xruns["at_s"])
+        parts.append(
+            Text(
+                f"JACK xruns: {xruns['inject']} at the injecting device, {xruns['record']} at "
+                f"the recording one (at {when} s): an xrun may move how the device's cycles "
+                "line up with its clients, which the probes cannot see",
+                style="yellow",
+            )
+        )
     return Group(*parts)
 
 
