@@ -133,7 +133,11 @@ def test_load_missing_file(tmp_path: Path) -> None:
         ("${hosts.tx.addr}", "${tx}", "processes.receiver.env.PEER: unknown reference '${tx}'"),
         ("[analysis]\nunit_ms = 5", "[analysis]\nunit_s = 5", "analysis: unknown key 'unit_s'"),
         ("unit_ms = 5", "unit_ms = 0", "analysis.unit_ms: must be a positive number"),
-        ("[hosts.tx]", "[hosts.tx]\nos = 1", "hosts.tx: unknown key 'os' (known: capture, clock, cpus)"),
+        (
+            "[hosts.tx]",
+            "[hosts.tx]\nos = 1",
+            "hosts.tx: unknown key 'os' (known: capture, clock, cpus)",
+        ),
         ("[hosts.tx]", "[hosts.tx]\nclock = 3", "hosts.tx.clock: "),
         (
             "[hosts.tx]",
