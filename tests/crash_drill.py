@@ -221,9 +221,9 @@ def leftovers(pid: int, run_dir: Path, before: dict[int, tuple[int, str]],
             found.append(f"process {proc}: {cmd[:100]}")
     shm = Path("/dev/shm")
     found += [str(p) for p in shm.iterdir() if tag in p.name] if shm.is_dir() else []
-    from latlab.lab.jackfiles import registered_names
+    from latlab.lab.jackfiles import registrations
 
-    found += [f"JACK registry slot {n}" for n in registered_names() if n.startswith(tag)]
+    found += [f"JACK registry slot {n}" for n in registrations() if n.startswith(tag)]
     if token:
         from latlab.lab import owner
 

@@ -696,6 +696,7 @@ def black_box_summary(
     matched = found & np.isfinite(probed)
     black = delays.black_box_ns
     unexplained = black - probed
+    xrun_ns = np.sort(np.concatenate([inject.xrun_ns, record.xrun_ns]))  # either rig's
     summary = {
         "method": f"time-coded signal (latlab.timecode/1), in through {_end_text(ends, 'inject')}"
         f", recorded at {_end_text(ends, 'record')}; per code, the probed time is that of "
@@ -713,27 +714,25 @@ def black_box_summary(
         "black_box": _describe(np.round(black[found]).astype(np.int64)),
         "probed": _describe(np.round(probed[matched]).astype(np.int64)),
         "unexplained": _describe(np.round(unexplained[matched]).astype(np.int64)),
-        "xruns": _xruns(inject, record, window),
+        "xruns": _xruns(inject, record, xrun_ns, window),
     }
-    xruns_before = np.searchsorted(_all_xruns(inject, record), delays.record_ns, side="right")
+    xruns_before = np.searchsorted(xrun_ns, delays.record_ns, side="right")
     return summary, _codes_table(delays, probed, counted, xruns_before)
 
 
-def _all_xruns(inject: RigLog, record: RigLog) -> np.ndarray:
-    return np.sort(np.concatenate([inject.xrun_ns, record.xrun_ns]))
-
-
-def _xruns(inject: RigLog, record: RigLog, window: tuple[int, int] | None) -> dict[str, Any]:
-    """The JACK xruns the rigs' clients were told of (summary.json ``blackbox.xruns``):
+def _xruns(
+    inject: RigLog, record: RigLog, xrun_ns: np.ndarray, window: tuple[int, int] | None
+) -> dict[str, Any]:
+    """The JACK xruns the rigs' clients were told of (summary.json ``blackbox.xruns``;
+    ``xrun_ns``: both rigs', in order):
     an xrun may move how the device's cycles line up with the client's, which the probes
     cannot see, so codes after one are compared apart (``blackbox.parquet``
     ``xruns_before``); ``at_s``: when, after the measured window opened."""
     origin = window[0] if window is not None else None
-    times = _all_xruns(inject, record)
     return {
         "inject": len(inject.xrun_ns),
         "record": len(record.xrun_ns),
-        "at_s": [] if origin is None else np.round((times - origin) / 1e9, 3).tolist(),
+        "at_s": [] if origin is None else np.round((xrun_ns - origin) / 1e9, 3).tolist(),
     }
 
 

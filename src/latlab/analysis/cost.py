@@ -81,6 +81,11 @@ def process_costs(
     return out
 
 
+def _starts(ends: np.ndarray) -> np.ndarray:
+    """Each interval's start: the previous one's end (the first as long as the second)."""
+    return np.r_[ends[0] - (ends[1] - ends[0]), ends[:-1]]
+
+
 def _window(
     ends: np.ndarray, counts: dict[str, np.ndarray], lo: int | None, hi: int | None
 ) -> dict[str, Any]:
@@ -88,7 +93,7 @@ def _window(
     empty = {"s": 0.0, "from_ns": lo, "to_ns": hi, "counts": {}, "per_s": {}, "cpu_percent": None}
     if lo is None or hi is None or len(ends) < 2:
         return empty
-    starts = np.r_[ends[0] - (ends[1] - ends[0]), ends[:-1]]
+    starts = _starts(ends)
     inside = (starts >= lo) & (ends <= hi)
     if not inside.any():
         return empty
@@ -105,7 +110,7 @@ def _quietest(ends: np.ndarray, counts: dict[str, np.ndarray], idle: dict) -> di
     time; the whole window if shorter): ``per_s``, ``cpu_percent``, ``baseline_s``."""
     if not idle["s"]:
         return {}
-    starts = np.r_[ends[0] - (ends[1] - ends[0]), ends[:-1]]
+    starts = _starts(ends)
     inside = np.flatnonzero((starts >= idle["from_ns"]) & (ends <= idle["to_ns"]))
     spans = (ends - starts)[inside]
     width = max(1, min(len(inside), round(BASELINE_NS / float(np.median(spans)))))

@@ -426,9 +426,9 @@ def half_steps(
     second = np.asarray(audio_s, dtype=np.float64) >= float(clip["loop_s"]) / 2
     if len(t) < 4:
         return np.empty(0)
-    cut = (second[1:] != second[:-1]) | (np.diff(t) >= BOUNDARY_GAP_NS)
-    segment = np.concatenate(([0], np.cumsum(cut)))
-    joins = 1 + np.flatnonzero((second[1:] != second[:-1]) & (np.diff(t) < BOUNDARY_GAP_NS))
+    turns, in_row = second[1:] != second[:-1], np.diff(t) < BOUNDARY_GAP_NS
+    segment = np.concatenate(([0], np.cumsum(turns | ~in_row)))
+    joins = 1 + np.flatnonzero(turns & in_row)
     values = np.asarray(values, dtype=np.float64)
     steps = [_step_at(t, second, values, segment, int(i), wrap_ns) for i in joins]
     return np.array([s for s in steps if s is not None], dtype=np.float64)

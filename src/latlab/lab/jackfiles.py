@@ -39,8 +39,9 @@ def remove_jack_files(server_name: str) -> None:
                 path.unlink()
 
 
-def registered_pid(name: str) -> int | None:
-    """The pid JACK's shared registry holds for a server of this name (None: no slot).
+def registrations() -> dict[str, int]:
+    """The latlab-named (``llab-PID-...``) servers JACK's shared registry holds a slot for,
+    with the pid in each slot.
 
     A jackd that was killed (SIGKILL) keeps its slot in ``/dev/shm/jack-shm-registry``;
     JACK has 8 slots and frees one only when a server of the same name starts while the
@@ -50,25 +51,12 @@ def registered_pid(name: str) -> int | None:
     try:
         data = JACK_REGISTRY.read_bytes()
     except OSError:
-        return None
-    for match in JACK_REGISTRY_RE.finditer(data):
-        if match.group(1).decode() == name and match.start() >= 4:
-            return int.from_bytes(data[match.start() - 4 : match.start()], sys.byteorder)
-    return None
-
-
-def registered_names() -> list[str]:
-    """The latlab-named (``llab-PID-...``) servers JACK's registry holds a slot for."""
-    try:
-        data = JACK_REGISTRY.read_bytes()
-    except OSError:
-        return []
-    return [m.group(1).decode() for m in JACK_REGISTRY_RE.finditer(data)]
-
-
-def jack_registered(name: str) -> bool:
-    """Whether JACK's shared registry still holds a server of this name."""
-    return registered_pid(name) is not None
+        return {}
+    return {
+        m.group(1).decode(): int.from_bytes(data[m.start() - 4 : m.start()], sys.byteorder)
+        for m in JACK_REGISTRY_RE.finditer(data)
+        if m.start() >= 4
+    }
 
 
 def _wait_gone(pid: int, timeout_s: float) -> bool:
@@ -129,7 +117,7 @@ def remove_jack_server(name: str) -> None:
     """What a killed JACK server of latlab's left: its files, its registry slot (once the
     killed server is gone: JACK reclaims no slot whose pid still exists)."""
     remove_jack_files(name)
-    pid = registered_pid(name)
+    pid = registrations().get(name)
     if pid is None or not shutil.which("jackd"):
         return
     _wait_gone(pid, STOP_GRACE_S)
