@@ -59,11 +59,11 @@ def shutil_missing(program: str) -> bool:
     return shutil.which(program) is None
 
 
-@pytest.mark.exclusive
 @pytest.mark.timeout(900)
 def test_a_killed_run_over_netem_leaves_nothing_in_a_guest(tmp_path: Path) -> None:
     """The netem link backend, in a User-Mode Linux guest (whose kernel has netem): the
-    drill runs inside it (tests/uml; skipped where a guest cannot boot, saying why)."""
+    drill runs inside it (tests/uml; skipped where a guest cannot boot, saying why). It
+    measures no time, so it shares the machine with the other end-to-end tests."""
     reason = uml.unavailable()
     if reason:
         pytest.skip(f"a User-Mode Linux guest cannot run here: {reason}")

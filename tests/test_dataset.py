@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import shutil
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +112,24 @@ def test_the_run_id_is_the_runs_identity_not_its_path(tmp_path: Path) -> None:
     assert len(result.ingested) == 1
     (reason,) = result.skipped
     assert str(tmp_path / "copy") in reason and "the same run as" in reason
+
+
+@pytest.mark.timeout(120)
+def test_ingests_started_together_create_a_new_dataset_once(tmp_path: Path) -> None:
+    """Ingests into a dataset that does not exist yet, released together: each run lands,
+    none is refused because another had begun to create the dataset."""
+    count = 6
+    for i in range(count):
+        make_run_dir(tmp_path / f"r{i}", SyntheticRtpAudio(units=50, seed=i), info(1, hour=i))
+    dataset, start = tmp_path / "new" / "ds", threading.Barrier(count)
+
+    def one(i: int) -> int:
+        start.wait(timeout=60)
+        return len(ingest([tmp_path / f"r{i}"], dataset).ingested)
+
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        assert list(pool.map(one, range(count))) == [1] * count
+    assert len(layout.read_manifest(dataset).runs) == count
 
 
 def test_unit_flags_add_up_to_the_streams_lost_and_late(tmp_path: Path) -> None:

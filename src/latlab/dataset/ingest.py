@@ -111,9 +111,10 @@ def ingest(
     absent); runs that cannot be ingested are skipped with their reason."""
     options = options or IngestOptions()
     start = time.perf_counter()
-    root = _open(Path(dataset))
+    root = _usable(Path(dataset))
     result = IngestResult()
     with _locked(root):
+        _create_if_new(root)
         manifest = layout.read_manifest(root)
         result.cleaned = _remove_uncommitted(root, manifest)
         writer = _ChunkWriter(root, manifest, result)
@@ -128,17 +129,36 @@ def ingest(
     return result
 
 
-def _open(root: Path) -> Path:
-    """The dataset at ``root``, created (an empty manifest) if absent or empty."""
+def _usable(root: Path) -> Path:
+    """``root`` as a dataset to ingest into: one already, or absent or an empty directory
+    (made here; its manifest is written under the lock, so that ingests started together
+    into a new dataset create it once)."""
+    if not layout.is_dataset(root):
+        _refuse_foreign(root)
+        root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def _create_if_new(root: Path) -> None:
+    """Under the lock: write the empty manifest of a new dataset (the first ingest in)."""
     if layout.is_dataset(root):
-        return root
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
+        return
+    _refuse_foreign(root)
+    layout.write_manifest(root, Manifest())
+
+
+def _refuse_foreign(root: Path) -> None:
+    """DatasetError when ``root`` holds something other than a dataset or one being
+    created (its lock, its first manifest before the rename). The manifest is looked for
+    after the entries: an ingest that created the dataset meanwhile wrote it first."""
+    ours = (LOCK_NAME, layout.MANIFEST_TMP)
+    foreign = root.exists() and (
+        not root.is_dir() or any(entry.name not in ours for entry in root.iterdir())
+    )
+    if foreign and not layout.is_dataset(root):
         raise DatasetError(
             f"{root}: exists and is not a latlab dataset (no {layout.MANIFEST_NAME})"
         )
-    root.mkdir(parents=True, exist_ok=True)
-    layout.write_manifest(root, Manifest())
-    return root
 
 
 @contextmanager

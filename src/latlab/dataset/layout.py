@@ -36,6 +36,7 @@ MANIFEST_NAME = "latlab-dataset.json"
 LOCK_NAME = ".latlab-dataset.lock"  # held by an ingest (flock)
 PARQUET_SUFFIX = ".parquet"
 TMP_SUFFIX = ".tmp"  # a file being written: .NAME.tmp (hidden from Spark, DuckDB globs)
+MANIFEST_TMP = f".{MANIFEST_NAME}{TMP_SUFFIX}"  # the next manifest, before its rename
 PARTITION_KEYS = ("scenario", "date")
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -220,7 +221,7 @@ def read_manifest(root: Path) -> Manifest:
 def write_manifest(root: Path, manifest: Manifest) -> None:
     """Commit ``manifest``: written beside, flushed to disk, then renamed over the old one."""
     path = Path(root) / MANIFEST_NAME
-    tmp = path.with_name(f".{path.name}{TMP_SUFFIX}")
+    tmp = path.with_name(MANIFEST_TMP)
     with open(tmp, "w", encoding="utf-8") as out:
         json.dump(manifest.to_json(), out, separators=(",", ":"))
         out.flush()
