@@ -1,0 +1,202 @@
+"""Soak of latlab's link emulator (root): UDP at PPS packets/s (default 10 000) through a
+20 ± 5 ms link (uniform jitter) for SECONDS (default 10 minutes), on real namespaces.
+
+Per slice (a tenth of the run) and over the whole run it prints the release error
+(actual - scheduled release, from the emulator's own log), the packets the sender sent,
+the emulator logged and released, and the emulator's resident memory (VmRSS, sampled
+every second). Targets: p99 ≤ 50 µs and max ≤ 1 ms in every slice, every packet
+released, memory flat after the first slice. It only measures and prints (``--json PATH``
+also writes the figures); tests/test_soak.py runs a 20-second version.
+
+    .venv/bin/python bench/soak_linkemu.py [--seconds 600] [--pps 10000] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_linkemu import udp_forward  # noqa: E402
+from soak_tracer import resident_kb  # noqa: E402
+
+from latlab.ingest.link_log import DELIVERED, read_link_log  # noqa: E402
+from latlab.lab.links import UDPGEN, linkemu_binary  # noqa: E402
+from latlab.lab.netns import Lab, cleanup_stale  # noqa: E402
+
+TARGET_P99_US = 50.0
+TARGET_MAX_US = 1000.0
+SIZE = 200  # UDP payload bytes
+
+
+def soak(seconds: float, pps: int, every: float) -> dict[str, Any]:
+    """Run the soak; its figures."""
+    config = {
+        "name": "tx-rx",
+        "between": ["tx", "rx"],
+        "forward": {"delay_ms": 20, "jitter_ms": 5, "jitter_dist": "uniform"},
+        "reverse": {},
+        "schedule": [],
+        "seed": 1,
+    }
+    count = round(seconds * pps)
+    with tempfile.TemporaryDirectory(prefix="latlab-soak-linkemu-") as tmp:
+        lab = Lab(["tx", "rx"], [("tx", "rx")], run_dir=Path(tmp), link_configs=[config])
+        with lab:
+            pid = lab.emulators[0].child.pid
+            argv = [
+                str(UDPGEN),
+                "--dst",
+                f"{lab.addr('rx')}:5004",
+                "--pps",
+                str(pps),
+                "--count",
+                str(count),
+                "--size",
+                str(SIZE),
+            ]
+            sender = subprocess.Popen(
+                lab.exec_argv("tx", argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            rss = _sample(sender, pid, every)
+            out, err = sender.communicate(timeout=60)
+            if sender.returncode != 0:
+                raise SystemExit(f"soak_linkemu: udpgen failed: {err.strip()}")
+            print(f"  sender: {out.strip()}", flush=True)
+        log = read_link_log(Path(tmp) / "links" / "tx-rx.lllink")
+    sent = re.search(r"sent (\d+)", out)
+    return figures(log, int(sent.group(1)) if sent else count, rss, seconds)
+
+
+def _sample(sender: subprocess.Popen, pid: int | None, every: float) -> list[int]:
+    """The emulator's VmRSS (kB) every second while the sender runs."""
+    rss: list[int] = []
+    started, next_print = time.monotonic(), every
+    while sender.poll() is None:
+        kb = resident_kb(pid) if pid else None
+        if kb is not None:
+            rss.append(kb)
+        elapsed = time.monotonic() - started
+        if elapsed >= next_print and rss:
+            print(f"  {elapsed:7.0f} s: emulator resident {rss[-1] / 1024:6.1f} MB", flush=True)
+            next_print += every
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            sender.wait(timeout=1.0)
+    return rss
+
+
+def figures(log: Any, sent: int, rss_kb: list[int], seconds: float) -> dict[str, Any]:
+    """Release error per slice and overall, packet counts, memory."""
+    c = log.columns
+    udp = udp_forward(log)
+    released = udp & (c["released_ns"] > 0)
+    arrival = c["arrival_ns"][released].astype(np.int64)
+    err_us = (
+        c["released_ns"][released].astype(np.int64) - c["scheduled_ns"][released].astype(np.int64)
+    ) / 1e3
+    slices = []
+    if len(arrival):
+        edges = np.linspace(arrival.min(), arrival.max() + 1, 11)
+        which = np.searchsorted(edges, arrival, side="right") - 1
+        for k in range(10):
+            part = err_us[which == k]
+            if len(part):
+                p50, p99, top = np.percentile(part, [50, 99, 100])
+                slices.append(
+                    {
+                        "slice": k,
+                        "packets": len(part),
+                        "p50_us": float(p50),
+                        "p99_us": float(p99),
+                        "max_us": float(top),
+                    }
+                )
+    tenth = max(1, len(rss_kb) // 10)
+    overall = np.percentile(err_us, [50, 99, 99.9, 100]) if len(err_us) else [np.nan] * 4
+    return {
+        "seconds": seconds,
+        "sent": sent,
+        "logged": int(np.count_nonzero(udp)),
+        "delivered": int(np.count_nonzero(udp & (c["verdict"] == DELIVERED))),
+        "released": int(np.count_nonzero(released)),
+        "release_error_us": dict(
+            zip(("p50", "p99", "p999", "max"), map(float, overall), strict=True)
+        ),
+        "slices": slices,
+        "rss_mb": {
+            "first_slice_peak": max(rss_kb[:tenth]) / 1024 if rss_kb else None,
+            "peak": max(rss_kb) / 1024 if rss_kb else None,
+            "samples": len(rss_kb),
+        },
+    }
+
+
+def report(found: dict[str, Any]) -> None:
+    print("\nslice  packets   p50 µs   p99 µs    max µs")
+    for s in found["slices"]:
+        print(
+            f"{s['slice']:>5} {s['packets']:>8} {s['p50_us']:>8.1f} {s['p99_us']:>8.1f} "
+            f"{s['max_us']:>9.1f}"
+        )
+    err = found["release_error_us"]
+    worst_p99 = max((s["p99_us"] for s in found["slices"]), default=float("nan"))
+    worst_max = max((s["max_us"] for s in found["slices"]), default=float("nan"))
+    print(
+        f"\nrelease error over {found['seconds']:g} s: p50 {err['p50']:.1f} µs, p99 "
+        f"{err['p99']:.1f}, p99.9 {err['p999']:.1f}, max {err['max']:.1f}"
+    )
+    print(
+        f"worst slice vs target: p99 {worst_p99 / TARGET_P99_US:.2f}x of {TARGET_P99_US:g} µs, "
+        f"max {worst_max / TARGET_MAX_US:.2f}x of {TARGET_MAX_US:g} µs"
+    )
+    print(
+        f"packets: sent {found['sent']} (the sender's count), logged {found['logged']}, released "
+        f"{found['released']}, delivered {found['delivered']}"
+    )
+    rss = found["rss_mb"]
+    if rss["peak"] is not None:
+        print(
+            f"emulator resident MB: first slice peak {rss['first_slice_peak']:.1f}, run peak "
+            f"{rss['peak']:.1f} ({rss['samples']} samples)"
+        )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=600.0)
+    ap.add_argument("--pps", type=int, default=10_000)
+    ap.add_argument("--every", type=float, default=60.0, help="progress line interval (s)")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        print("soak_linkemu: needs root (network namespaces)", file=sys.stderr)
+        return 1
+    linkemu_binary()
+    if not UDPGEN.is_file():
+        print(f"soak_linkemu: {UDPGEN} not built: run bash scripts/setup.sh", file=sys.stderr)
+        return 1
+    cleanup_stale()
+    print(f"link emulator soak: {args.pps} packets/s through 20 ± 5 ms for {args.seconds:g} s")
+    found = soak(args.seconds, args.pps, args.every)
+    report(found)
+    if args.json:
+        args.json.write_text(json.dumps(found, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
