@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from latlab.lab.netns import Lab, cleanup_stale  # noqa: E402
 
 TARGET_P99_US = 50.0
 TARGET_MAX_US = 1000.0
+LATE_US = 1000.0  # a release this late is looked for in the steal time
 SIZE = 200  # UDP payload bytes
 
 
@@ -57,7 +59,7 @@ def soak(seconds: float, pps: int, every: float) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="latlab-soak-linkemu-") as tmp:
         lab = Lab(["tx", "rx"], [("tx", "rx")], run_dir=Path(tmp), link_configs=[config])
         with lab:
-            pid = lab.emulators[0].child.pid
+            pid, cpu = lab.emulators[0].child.pid, lab.emulators[0].cpu
             argv = [
                 str(UDPGEN),
                 "--dst",
@@ -72,35 +74,84 @@ def soak(seconds: float, pps: int, every: float) -> dict[str, Any]:
             sender = subprocess.Popen(
                 lab.exec_argv("tx", argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
-            rss = _sample(sender, pid, every)
+            samples = _sample(sender, pid, every)
             out, err = sender.communicate(timeout=60)
             if sender.returncode != 0:
                 raise SystemExit(f"soak_linkemu: udpgen failed: {err.strip()}")
             print(f"  sender: {out.strip()}", flush=True)
         log = read_link_log(Path(tmp) / "links" / "tx-rx.lllink")
     sent = re.search(r"sent (\d+)", out)
-    return figures(log, int(sent.group(1)) if sent else count, rss, seconds)
+    return figures(log, int(sent.group(1)) if sent else count, samples, cpu, seconds)
 
 
-def _sample(sender: subprocess.Popen, pid: int | None, every: float) -> list[int]:
-    """The emulator's VmRSS (kB) every second while the sender runs."""
-    rss: list[int] = []
+@dataclass
+class Samples:
+    """Per second while the sender runs: the emulator's VmRSS (kB); and CLOCK_MONOTONIC
+    (ns) with every CPU's steal time so far (USER_HZ ticks, /proc/stat)."""
+
+    rss_kb: list[int] = field(default_factory=list)
+    t_ns: list[int] = field(default_factory=list)
+    steal: list[list[int]] = field(default_factory=list)
+
+
+def steal_ticks() -> list[int]:
+    """Each CPU's steal time so far, by CPU number (/proc/stat's eighth field, USER_HZ
+    ticks): time the hypervisor ran something else while this virtual CPU wanted to run."""
+    ticks: dict[int, int] = {}
+    with open("/proc/stat", encoding="ascii") as stat:
+        for line in stat:
+            fields = line.split()
+            if fields and fields[0].startswith("cpu") and fields[0][3:].isdigit():
+                ticks[int(fields[0][3:])] = int(fields[8])
+    return [ticks.get(cpu, 0) for cpu in range(max(ticks) + 1)]
+
+
+def _sample(sender: subprocess.Popen, pid: int | None, every: float) -> Samples:
+    """Sample every second while the sender runs."""
+    out = Samples()
     started, next_print = time.monotonic(), every
     while sender.poll() is None:
         kb = resident_kb(pid) if pid else None
         if kb is not None:
-            rss.append(kb)
+            out.rss_kb.append(kb)
+        out.t_ns.append(time.monotonic_ns())
+        out.steal.append(steal_ticks())
         elapsed = time.monotonic() - started
-        if elapsed >= next_print and rss:
-            print(f"  {elapsed:7.0f} s: emulator resident {rss[-1] / 1024:6.1f} MB", flush=True)
+        if elapsed >= next_print and out.rss_kb:
+            print(
+                f"  {elapsed:7.0f} s: emulator resident {out.rss_kb[-1] / 1024:6.1f} MB", flush=True
+            )
             next_print += every
         with contextlib.suppress(subprocess.TimeoutExpired):
             sender.wait(timeout=1.0)
-    return rss
+    return out
 
 
-def figures(log: Any, sent: int, rss_kb: list[int], seconds: float) -> dict[str, Any]:
-    """Release error per slice and overall, packet counts, memory."""
+def stolen_when_late(
+    released_ns: np.ndarray, late: np.ndarray, samples: Samples, cpu: int | None
+) -> dict[str, Any]:
+    """Whether the seconds (between two samples) holding a release more than 1 ms late saw
+    the hypervisor steal the release CPU, against all seconds."""
+    if cpu is None or len(samples.t_ns) < 2:
+        return {"cpu": cpu, "seconds": 0}
+    t = np.asarray(samples.t_ns, dtype=np.int64)
+    stolen = np.diff(np.asarray(samples.steal, dtype=np.int64)[:, cpu]) > 0
+    interval = np.searchsorted(t, released_ns[late], side="right") - 1
+    interval = np.unique(interval[(interval >= 0) & (interval < len(stolen))])
+    return {
+        "cpu": cpu,
+        "seconds": len(stolen),
+        "seconds_with_steal": int(stolen.sum()),
+        "seconds_with_late_release": len(interval),
+        "of_them_with_steal": int(stolen[interval].sum()),
+    }
+
+
+def figures(
+    log: Any, sent: int, samples: Samples, cpu: int | None, seconds: float
+) -> dict[str, Any]:
+    """Release error per slice and overall, packet counts, memory, steal when late."""
+    rss_kb = samples.rss_kb
     c = log.columns
     udp = udp_forward(log)
     released = udp & (c["released_ns"] > 0)
@@ -137,6 +188,10 @@ def figures(log: Any, sent: int, rss_kb: list[int], seconds: float) -> dict[str,
             zip(("p50", "p99", "p999", "max"), map(float, overall), strict=True)
         ),
         "slices": slices,
+        "late_1ms": int(np.count_nonzero(err_us > LATE_US)),
+        "steal": stolen_when_late(
+            c["released_ns"][released].astype(np.int64), err_us > LATE_US, samples, cpu
+        ),
         "rss_mb": {
             "first_slice_peak": max(rss_kb[:tenth]) / 1024 if rss_kb else None,
             "peak": max(rss_kb) / 1024 if rss_kb else None,
@@ -167,6 +222,15 @@ def report(found: dict[str, Any]) -> None:
         f"packets: sent {found['sent']} (the sender's count), logged {found['logged']}, released "
         f"{found['released']}, delivered {found['delivered']}"
     )
+    steal = found["steal"]
+    if steal["seconds"]:
+        print(
+            f"releases more than 1 ms late: {found['late_1ms']}, in "
+            f"{steal['seconds_with_late_release']} seconds, "
+            f"{steal['of_them_with_steal']} of them with steal time on the release CPU "
+            f"(cpu{steal['cpu']}); seconds with steal there: {steal['seconds_with_steal']} of "
+            f"{steal['seconds']}"
+        )
     rss = found["rss_mb"]
     if rss["peak"] is not None:
         print(
