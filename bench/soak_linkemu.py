@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import re
 import subprocess
@@ -33,7 +32,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_linkemu import udp_forward  # noqa: E402
-from soak_tracer import resident_kb  # noqa: E402
+from soak_tracer import publish, resident_kb  # noqa: E402
 
 from latlab.ingest.link_log import DELIVERED, read_link_log  # noqa: E402
 from latlab.lab.links import UDPGEN, linkemu_binary  # noqa: E402
@@ -255,11 +254,7 @@ def main() -> int:
         return 1
     cleanup_stale()
     print(f"link emulator soak: {args.pps} packets/s through 20 ± 5 ms for {args.seconds:g} s")
-    found = soak(args.seconds, args.pps, args.every)
-    report(found)
-    if args.json:
-        args.json.write_text(json.dumps(found, indent=2) + "\n", encoding="utf-8")
-    return 0
+    return publish(soak(args.seconds, args.pps, args.every), report, args.json)
 
 
 if __name__ == "__main__":

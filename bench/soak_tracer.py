@@ -39,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -237,6 +238,14 @@ def report(found: dict) -> None:
     )
 
 
+def publish(found: dict, report_with: Callable[[dict], None], path: Path | None) -> int:
+    """Print a soak's figures, and write them as JSON to ``path`` if given; exit status 0."""
+    report_with(found)
+    if path:
+        path.write_text(json.dumps(found, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--seconds", type=float, default=600.0, help="length of the traced run")
@@ -260,11 +269,7 @@ def main() -> int:
         plain = run_pipeline(False, baseline, *common)
         print(f"traced, {args.seconds:g} s at {args.rate} buffers/s", flush=True)
         traced = run_pipeline(True, args.seconds, *common)
-    found = figures(traced, plain, args.rate, slice_s)
-    report(found)
-    if args.json:
-        args.json.write_text(json.dumps(found, indent=2) + "\n", encoding="utf-8")
-    return 0
+    return publish(figures(traced, plain, args.rate, slice_s), report, args.json)
 
 
 if __name__ == "__main__":
