@@ -43,10 +43,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_PLUGIN_PATH = ROOT / "target" / "release"
+from bench_tracer import DEFAULT_PLUGIN_PATH, HEADER_SIZE
+from bench_tracer import DROPS_CHUNK as DROPS
+from bench_tracer import END_CHUNK as END
+
 SIZE = 64  # bytes per buffer
-HEADER_SIZE, EVENTS, DROPS, END = 32, 4, 7, 8
+EVENTS = 4  # the trace's EVENTS chunk (the others: bench_tracer's constants)
 RECORD_SIZE = 80  # one event in an EVENTS chunk
 READ_SIZE = 1 << 20
 
