@@ -47,6 +47,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from latlab.analysis.rows import unique_rows
+
 MATCHED, UNMATCHED, AMBIGUOUS, REPEAT, EDGE = 0, 1, 2, 3, 4
 STATUS_NAMES = {MATCHED: "matched", UNMATCHED: "unmatched", AMBIGUOUS: "ambiguous",
                 REPEAT: "repeat", EDGE: "edge"}  # fmt: skip
@@ -113,9 +115,9 @@ def match_forwarded(
 ) -> Forwarding:
     """Match every egress packet to the ingress packet it was forwarded from."""
     e_all, i_all = candidate_pairs(ingress, egress, window_ns)
-    uniq, key_id = np.unique(_pair_keys(ingress, egress, e_all, i_all), axis=0,
-                             return_inverse=True)  # fmt: skip
-    pairs = _Pairs(e_all, i_all, key_id.ravel())
+    uniq, key_id = unique_rows(_pair_keys(ingress, egress, e_all, i_all))
+    uniq = np.ascontiguousarray(uniq.T)  # one row per key
+    pairs = _Pairs(e_all, i_all, key_id)
     on_epoch = (_support(pairs.e, pairs.key, len(uniq)) >= min_epoch)[pairs.key]
     e_idx, i_idx, key_id = pairs.e[on_epoch], pairs.i[on_epoch], pairs.key[on_epoch]
     local = _local_support(e_idx, key_id, egress.stream)
@@ -146,7 +148,7 @@ class _Pairs:
 def _support(e_idx: np.ndarray, key_id: np.ndarray, n_keys: int) -> np.ndarray:
     """Per key, the egress packets it explains (each once: a duplicated ingress copy
     pairs twice)."""
-    per_packet = np.unique(np.stack([e_idx, key_id]), axis=1)
+    per_packet = unique_rows(np.stack([e_idx, key_id]))[0]
     return np.bincount(per_packet[1], minlength=n_keys)
 
 
@@ -182,12 +184,12 @@ def candidate_pairs(
 def _pair_keys(
     ingress: Packets, egress: Packets, e_idx: np.ndarray, i_idx: np.ndarray
 ) -> np.ndarray:
-    """One row per pair: egress stream, ingress stream, dseq, dts, dlen."""
+    """One column per pair: egress stream, ingress stream, dseq, dts, dlen."""
     dseq = (egress.seq[e_idx] - ingress.seq[i_idx]) % (1 << 16)
     dts = (egress.ts[e_idx] - ingress.ts[i_idx]) % (1 << 32)
     dlen = egress.payload_len[e_idx] - ingress.payload_len[i_idx]
-    keys = np.stack([egress.stream[e_idx], ingress.stream[i_idx], dseq, dts, dlen], axis=1)
-    return keys.astype(np.int64).reshape(-1, 5)
+    keys = np.stack([egress.stream[e_idx], ingress.stream[i_idx], dseq, dts, dlen])
+    return keys.astype(np.int64).reshape(5, -1)
 
 
 def _local_support(e_idx: np.ndarray, key_id: np.ndarray, stream: np.ndarray) -> np.ndarray:
@@ -199,9 +201,9 @@ def _local_support(e_idx: np.ndarray, key_id: np.ndarray, stream: np.ndarray) ->
     position = np.empty(len(stream), dtype=np.int64)
     order = np.lexsort((np.arange(len(stream)), stream))
     position[order] = np.arange(len(stream))  # streams are contiguous in this order
-    unique = np.unique(np.stack([key_id, position[e_idx]]), axis=1)
+    unique = unique_rows(np.stack([key_id, position[e_idx]]))[0]
     span = len(stream) + 2 * NEIGHBOURS + 1
-    placed = unique[0] * span + unique[1]  # sorted: np.unique sorts by key, then position
+    placed = unique[0] * span + unique[1]  # sorted: by key, then position
     at = key_id * span + position[e_idx]
     below = np.searchsorted(placed, at - NEIGHBOURS, side="left")
     above = np.searchsorted(placed, at + NEIGHBOURS, side="right")
@@ -275,11 +277,11 @@ def _match_frames(
     if not open_.any():
         return
     stream_ts = uniq[:, [0, 1, 3, 4]]  # egress stream, ingress stream, dts, dlen
-    ts_keys, ts_key = np.unique(stream_ts, axis=0, return_inverse=True)
-    ts_key = ts_key.ravel()[pairs.key]
+    ts_keys, ts_key = unique_rows(stream_ts.T)
+    ts_key = ts_key[pairs.key]
     asked = np.isin(ts_key, ts_key[open_])  # only the timestamp keys open packets have
     pairs, ts_key, open_ = pairs.where(asked), ts_key[asked], open_[asked]
-    ts_epoch = (_support(pairs.e, ts_key, len(ts_keys)) >= min_epoch)[ts_key]
+    ts_epoch = (_support(pairs.e, ts_key, ts_keys.shape[1]) >= min_epoch)[ts_key]
     pairs, ts_key, open_ = pairs.where(ts_epoch), ts_key[ts_epoch], open_[ts_epoch]
     local = _local_support(pairs.e, ts_key, egress.stream)
     pairs, local = pairs.where(open_), local[open_]
@@ -300,8 +302,7 @@ def _frame_holds(ingress: Packets, egress: Packets, pairs: _Pairs, uniq: np.ndar
     received before it was sent."""
     e_frames, i_frames = _Frames(egress), _Frames(ingress)
     dseq, dlen = uniq[pairs.key, 2], uniq[pairs.key, 4]
-    quads, quad = np.unique(np.stack([e_frames.of[pairs.e], i_frames.of[pairs.i], dseq, dlen]),
-                            axis=1, return_inverse=True)  # fmt: skip
+    quads, quad = unique_rows(np.stack([e_frames.of[pairs.e], i_frames.of[pairs.i], dseq, dlen]))
     size = e_frames.size[quads[0]]
     row = np.repeat(np.arange(quads.shape[1]), size)
     member = e_frames.members[np.repeat(e_frames.start[quads[0]], size) + _ranks(size)]
@@ -312,7 +313,7 @@ def _frame_holds(ingress: Packets, egress: Packets, pairs: _Pairs, uniq: np.ndar
     ok &= ingress.t_ns[src] <= egress.t_ns[member]
     ok &= egress.payload_len[member] - ingress.payload_len[src] == quads[3][row]
     failed = np.bincount(row[~ok], minlength=quads.shape[1])
-    return (failed == 0)[quad.ravel()]
+    return (failed == 0)[quad]
 
 
 def _ranks(size: np.ndarray) -> np.ndarray:
@@ -326,9 +327,7 @@ class _Frames:
 
     def __init__(self, packets: Packets) -> None:
         """Group ``packets`` by (stream, RTP timestamp)."""
-        frames, of = np.unique(np.stack([packets.stream, packets.ts]), axis=1,
-                               return_inverse=True)  # fmt: skip
-        self.of = of.ravel()
+        frames, self.of = unique_rows(np.stack([packets.stream, packets.ts]))
         place = self.of * _SEQ + packets.seq
         self.keys, self.members = np.unique(place, return_index=True)  # first copies
         self.size = np.bincount(self.keys // _SEQ, minlength=frames.shape[1])

@@ -30,6 +30,7 @@ from latlab.analysis.forwarding import (
     Packets,
     match_forwarded,
 )
+from latlab.analysis.rows import unique_rows
 from latlab.analysis.stats import describe
 from latlab.ingest.link_log import LinkLog, LinkLogError, read_link_log
 
@@ -103,14 +104,13 @@ def _packets(log: LinkLog) -> tuple[list[dict[str, Any]], Packets, Packets]:
     ip = np.where(direction == INGRESS, c["src_ip"], c["dst_ip"]).astype(np.int64)
     port = np.where(direction == INGRESS, c["src_port"], c["dst_port"]).astype(np.int64)
     key = np.stack([direction, ip, port, c["ssrc"].astype(np.int64)])[:, rtp]
-    uniq, stream = np.unique(key, axis=1, return_inverse=True)
+    uniq, stream = unique_rows(key)
     streams = [{"direction": int(d), "addr": f"{ipaddress.IPv4Address(int(a))}:{int(p)}",
                 "ssrc": int(s)} for d, a, p, s in uniq.T]  # fmt: skip
     payload = c["size"].astype(np.int64) - _UNDER_RTP - 4 * c["rtp_header_words"].astype(np.int64)
     columns = {"t_ns": c["arrival_ns"].astype(np.int64), "seq": c["seq"].astype(np.int64),
                "ts": c["rtp_ts"].astype(np.int64), "marker": c["marker"],
                "payload_len": payload}  # fmt: skip
-    stream = stream.ravel()
     out = []
     for d in (INGRESS, EGRESS):
         mine = direction[rtp] == d
@@ -143,7 +143,7 @@ def _layers(streams: list[dict[str, Any]], ingress: Packets, kinds: np.ndarray) 
     layers = np.full(len(streams), -1, dtype=np.int64)
     counts = np.bincount(ingress.stream, minlength=len(streams))
     frames = np.zeros(len(streams), dtype=np.int64)
-    pairs = np.unique(np.stack([ingress.stream, ingress.ts]), axis=1)
+    pairs = unique_rows(np.stack([ingress.stream, ingress.ts]))[0]
     np.add.at(frames, pairs[0], 1)
     by_sender: dict[str, list[int]] = {}
     for s, row in enumerate(streams):
@@ -192,13 +192,12 @@ def _not_forwarded(forwarding: Forwarding, ingress: Packets, egress: Packets) ->
     place = np.empty(len(ingress), dtype=np.int64)
     starts = np.searchsorted(ingress.stream[order], ingress.stream[order], side="left")
     place[order] = np.arange(len(ingress)) - starts
-    uniq, group = np.unique(pair, axis=1, return_inverse=True)
-    group = group.ravel()
+    uniq, group = unique_rows(pair)
     first = np.full(uniq.shape[1], np.iinfo(np.int64).max)
     last = np.full(uniq.shape[1], -1)
     np.minimum.at(first, group, place[source])
     np.maximum.at(last, group, place[source])
-    carried = np.unique(np.stack([group, source]), axis=1).shape[1]
+    carried = unique_rows(np.stack([group, source]))[0].shape[1]
     expected = int((last - first + 1).sum())
     return {"expected": expected, "forwarded": carried,
             "rate": round(1.0 - carried / expected, 6) if expected else None}  # fmt: skip
