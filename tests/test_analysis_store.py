@@ -10,6 +10,8 @@ import numpy as np
 import pytest
 
 from latlab.analysis import store
+from latlab.analysis.stats import describe
+from latlab.analysis.summary import read_summary, write_summary
 from latlab.pipeline import analysis_of, summary_of
 from latlab.synthetic import MS, SyntheticRtpAudio, make_rtp_audio_run
 
@@ -79,3 +81,23 @@ def test_a_store_that_cannot_be_written_only_costs_the_next_report(run_dir: Path
 
 def _never(*_args: object, **_kwargs: object) -> None:
     raise AssertionError("a current stored analysis was read again from the traces")
+
+
+def test_summary_json_is_strict_json_and_figures_of_no_samples_read_back_as_nan(
+    tmp_path: Path,
+) -> None:
+    """A leg that forwarded nothing has a description of no samples (NaN figures, which
+    JSON cannot hold: browsers' JSON.parse refuses a file with NaN): summary.json holds
+    null there, and the stored summary reads it back as the analysis gave it."""
+    empty = describe(np.zeros(0, dtype=np.int64))
+    summary = {"schema": "x", "legs": [{"dwell": empty, "rate": None}], "ratio": 0.5}
+    path = tmp_path / "summary.json"
+    write_summary(summary, path)
+    text = path.read_text()
+    assert "NaN" not in text
+    strict = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in summary.json"))
+    assert strict["legs"][0]["dwell"]["p50_ms"] is None
+    back = read_summary(text)
+    assert back["legs"][0]["rate"] is None and back["ratio"] == 0.5
+    assert back["legs"][0]["dwell"].keys() == empty.keys()
+    assert all(np.isnan(v) for k, v in back["legs"][0]["dwell"].items() if k != "count")

@@ -269,7 +269,7 @@ def report(
 
     A run analysed before is read from its stored analysis while its traces and latlab's
     analysis are unchanged; otherwise it is analysed now (and stored)."""
-    from latlab.pipeline import summary_of
+    from latlab.pipeline import summary_json, summary_of
     from latlab.report.table import render_summary
 
     if not run_dir.is_dir():
@@ -290,7 +290,7 @@ def report(
         return
     summary = summary_of(run_dir, unit_ms)
     if as_json:
-        sys.stdout.write(json.dumps(summary, indent=1) + "\n")
+        sys.stdout.write(summary_json(summary))
         return
     render_summary(summary, console, distributions=distributions, cadence=cadence, wide=_wide(wide))
     _fail_on_black_box_error(summary)

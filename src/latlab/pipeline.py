@@ -26,7 +26,8 @@ from latlab.analysis.quality import quality_summary
 from latlab.analysis.resources import summarize_resources
 from latlab.analysis.segments import StreamAnalysis, analyze, measured_window
 from latlab.analysis.sfu_dwell import sfu_dwell
-from latlab.analysis.summary import build_summary, write_summary
+from latlab.analysis.summary import build_summary, read_summary, write_summary
+from latlab.analysis.summary import summary_json as summary_json  # for the CLI's --json
 from latlab.ingest.browser_records import BrowserLog, read_browser_logs
 from latlab.ingest.events import EventTable, load_run
 from latlab.ingest.link_events import read_link_logs
@@ -155,7 +156,7 @@ class _Outputs:
 def _stored_summary(run_dir: Path) -> dict[str, Any] | None:
     """summary.json as stored, or None (absent or unreadable: analyse again)."""
     try:
-        summary = json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+        summary = read_summary((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return summary if isinstance(summary, dict) else None

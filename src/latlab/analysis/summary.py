@@ -138,6 +138,34 @@ def _stream_core(s: StreamAnalysis) -> dict[str, Any]:
     }
 
 
+def summary_json(summary: dict[str, Any]) -> str:
+    """summary.json's text: strict JSON, so a figure that does not exist (NaN: the
+    statistics of no samples) is null; :func:`read_summary` reads it back as NaN."""
+    return json.dumps(_finite_or_null(summary), indent=1, allow_nan=False) + "\n"
+
+
 def write_summary(summary: dict[str, Any], path: Path) -> None:
     """Write summary.json."""
-    path.write_text(json.dumps(summary, indent=1) + "\n")
+    path.write_text(summary_json(summary))
+
+
+def read_summary(text: str) -> Any:
+    """summary.json's text as written: the null figures of a description of no samples
+    (``count`` 0) are NaN again, as the analysis gave them (ValueError if not JSON)."""
+    return json.loads(text, object_hook=_nan_where_no_samples)
+
+
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite_or_null(v) for v in value]
+    return value
+
+
+def _nan_where_no_samples(found: dict[str, Any]) -> dict[str, Any]:
+    if found.get("count") != 0 or "p50_ms" not in found:
+        return found
+    return {k: math.nan if v is None and k.endswith("_ms") else v for k, v in found.items()}
