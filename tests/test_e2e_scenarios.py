@@ -12,7 +12,7 @@ import pytest
 
 from latlab.lab.netns import list_namespaces
 from latlab.lab.runner import run_scenario
-from latlab.lab.scenario import load_scenario
+from latlab.lab.scenario import Scenario, load_scenario
 from latlab.lab.sweep import expand_sweep
 from latlab.pipeline import analyze_run
 from latlab.report.html import report_html
@@ -34,9 +34,15 @@ RUN_S = 3
 # +-0.5 ms, so its earliest unit may read that much below 0.
 WHOLE_MS_PROBES = ("/decoded", "/decode-start")
 WHOLE_MS_ERROR_MS = 0.5
-# Shipped scenarios whose links step late in the run cannot be cut to RUN_S: the test
-# named runs them (reduced) instead; here they must still load as shipped.
-RUN_ELSEWHERE = {"sfu-quality": "tests/test_sfu_quality.py (its links step at 30 and 38 s)"}
+# Shipped scenarios that another test runs as shipped (or reduced, when its links step
+# late in the run and cannot be cut to RUN_S): that test checks them with check_shipped;
+# here they must still load as shipped.
+RUN_ELSEWHERE = {
+    "sfu-quality": "tests/test_sfu_quality.py (its links step at 30 and 38 s)",
+    "sfu-janus": "tests/test_sfu_janus.py (its room, 8 s)",
+    "sfu-janus-gst": "tests/test_sfu_janus.py (its traced publisher, 6 s)",
+    "sfu-livekit": "tests/test_sfu_livekit.py (its room, 8 s)",
+}
 
 
 def check_contract(summary: dict[str, Any], unit_ms: float = 10.0) -> None:
@@ -76,13 +82,21 @@ PARAMS = [
 @pytest.mark.parametrize("path", PARAMS, ids=[p.stem for p in SCENARIOS])
 def test_shipped_scenario_runs(path: Path, tmp_path: Path) -> None:
     if path.stem in RUN_ELSEWHERE:
-        assert expand_sweep(load_scenario(path))  # every point valid as shipped
+        shipped = load_scenario(path)
+        assert not shipped.sweep or expand_sweep(shipped)  # every point valid as shipped
         pytest.skip(f"run by {RUN_ELSEWHERE[path.stem]}")
     scenario = load_scenario(path).with_duration(RUN_S)
     if scenario.sweep:  # a test matrix: its first point stands for it here
         scenario = expand_sweep(scenario)[0].scenario
     out = tmp_path / "run"
     run_scenario(scenario, out, progress=False)
+    check_shipped(scenario, out, tmp_path)
+    assert not [ns for ns in list_namespaces() if ns.startswith(f"llab-{os.getpid()}-")]
+
+
+def check_shipped(scenario: Scenario, out: Path, tmp_path: Path, run_s: float = RUN_S) -> None:
+    """A run of a shipped scenario (``run_s`` long) keeps summary.json's contract, its
+    streams are complete, and its HTML report renders every chart."""
     summary, _, _ = analyze_run(out, scenario.analysis.unit_ms)
     if scenario.rooms or scenario.loads:  # through an SFU: its segment (docs/sfu.md)
         check_forwarding(summary, {s.server for s in scenario.sfus})
@@ -92,8 +106,9 @@ def test_shipped_scenario_runs(path: Path, tmp_path: Path) -> None:
         assert summary["streams"]
     lossless = not any(link.impaired for link in scenario.links)  # configured loss may lose
     for stream in summary["streams"]:  # ku-latency has one stream per packet time
-        check_stream(stream, lossless, scenario.analysis.unit_ms, bool(scenario.rooms))
-    assert not [ns for ns in list_namespaces() if ns.startswith(f"llab-{os.getpid()}-")]
+        check_stream(stream, lossless, bool(scenario.rooms), run_s)
+    # strict JSON (no NaN: a leg that forwarded nothing has figures of no samples)
+    json.loads((out / "summary.json").read_text(), parse_constant=pytest.fail)
     # its HTML report renders every chart in headless Chromium, with no console error
     page = render(report_html(out, None), tmp_path)
     check_rendered(page, expected_charts(json.loads((out / "summary.json").read_text())))
@@ -120,8 +135,9 @@ def check_forwarding(summary: dict[str, Any], servers: set[str]) -> None:
         assert not box["problems"]
 
 
-def check_stream(stream: dict, lossless: bool, unit_ms: float, room: bool = False) -> None:
-    """A shipped scenario's stream: complete, lossless, no implausible negative segment."""
+def check_stream(stream: dict, lossless: bool, room: bool, run_s: float) -> None:
+    """A shipped scenario's stream (of a ``run_s`` run): complete, lossless, no
+    implausible negative segment."""
     unit_ms = float(stream["unit"].removesuffix("ms"))
     # SRT connects (a caller retries once a second) and the decoder waits for an I-frame;
     # through an SFU a subscriber's video waits for its layer's key frame, and the share
@@ -129,7 +145,7 @@ def check_stream(stream: dict, lossless: bool, unit_ms: float, room: bool = Fals
     share = 0.25 if stream["media"] == "video" else 0.6
     if room and stream["media"] == "video":
         share = 0.0
-    assert stream["complete_units"] > share * RUN_S * 1000 / unit_ms
+    assert stream["complete_units"] > share * run_s * 1000 / unit_ms
     if lossless:
         assert stream["lost"] == 0
     for seg in stream["segments"]:

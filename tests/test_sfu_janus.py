@@ -16,12 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from latlab import rundir
-from latlab.lab.scenario import parse_scenario
+from latlab.lab.scenario import load_scenario, parse_scenario
 from latlab.lab.sfu import ROOM, VIDEOROOM
 from latlab.pipeline import analysis_of
 from latlab.stitch.journeys import Journeys
 from latlab.stitch.position import MISSING
 from tests.conftest import latlab
+from tests.test_e2e_scenarios import check_shipped
 
 pytestmark = [
     pytest.mark.e2e,
@@ -122,6 +123,14 @@ def room_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     timeout=240)  # fmt: skip
     assert result.returncode == 0, result.stderr
     return out
+
+
+@pytest.mark.exclusive
+def test_the_shipped_room_keeps_the_contract_and_its_report_renders(
+    room_run: Path, tmp_path: Path
+) -> None:
+    """What tests/test_e2e_scenarios.py asks of every shipped scenario, on this run of it."""
+    check_shipped(load_scenario(ROOM_SCENARIO), room_run, tmp_path, run_s=8)
 
 
 @pytest.mark.exclusive
@@ -327,3 +336,5 @@ def test_a_traced_publisher_is_followed_through_janus_per_10_ms(tmp_path: Path) 
         assert stream["unit"] == "10ms" and stream["complete_units"] >= 0.95 * stream["units"]
         # two 10 ms units per 20 ms packet, each with that packet's dwell
         assert check_units_ride_their_packets(out, f"alice->sfu->{sub} ", sub, host) == 2
+    # what tests/test_e2e_scenarios.py asks of every shipped scenario
+    check_shipped(load_scenario(GST_SCENARIO), out, tmp_path, run_s=6)

@@ -20,9 +20,10 @@ import pytest
 
 from latlab import rundir
 from latlab.lab.netns import list_namespaces
-from latlab.lab.scenario import parse_scenario
+from latlab.lab.scenario import load_scenario, parse_scenario
 from latlab.lab.sfu.livekit import CLIENT_BUNDLE, LIVEKIT_SERVER, RTC_UDP_PORT
 from tests.conftest import LATLAB, latlab
+from tests.test_e2e_scenarios import check_shipped
 
 pytestmark = [
     pytest.mark.e2e,
@@ -131,6 +132,14 @@ def room_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     timeout=240)  # fmt: skip
     assert result.returncode == 0, result.stderr
     return out
+
+
+@pytest.mark.exclusive
+def test_the_shipped_room_keeps_the_contract_and_its_report_renders(
+    room_run: Path, tmp_path: Path
+) -> None:
+    """What tests/test_e2e_scenarios.py asks of every shipped scenario, on this run of it."""
+    check_shipped(load_scenario(ROOM_SCENARIO), room_run, tmp_path, run_s=8)
 
 
 @pytest.mark.exclusive
