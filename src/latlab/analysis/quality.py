@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from latlab import rundir
 from latlab.analysis.browser_adaptation import schedule_steps
-from latlab.analysis.stats import describe
+from latlab.analysis.stats import describe, median_interval
 from latlab.ingest.browser_records import BrowserLog
 from latlab.ingest.link_log import LinkLog
 from latlab.ingest.quality_records import QualityRecords, VideoCodes, read_quality_records
@@ -53,6 +53,7 @@ MOVING_GAP_NS = 100_000_000  # a skew needs new frames shown within 100 ms aroun
 MATCH_WINDOW_NS = 3_000_000_000  # the publisher showed a frame at most this long before
 BOUNDARY_SIDE_NS = 1_000_000_000  # a half boundary's step: the codes within 1 s either side
 BOUNDARY_GAP_NS = 500_000_000  # codes further apart than this are not in a row
+MEDIAN_LEVEL = 0.99  # the confidence asked of the medians over boundaries
 
 
 class QualityError(SignalError):
@@ -397,7 +398,8 @@ def offset_seen(skew: dict, clip: dict[str, Any]) -> dict[str, Any] | None:
     between the loop's halves (both ways), the skew's step from the first half's side to
     the second's (``half_steps``: a line through the codes within a second either side,
     so the capture's drift cancels), negated (codes written late read as audio behind),
-    median over the boundaries; None without such a boundary."""
+    median over the boundaries with its confidence interval (``ci_ms``); None without
+    such a boundary."""
     loop_ns = float(clip["loop_s"]) * 1e9
     jumps = -half_steps(skew["t_ns"], skew["audio_s"], skew["skew_ns"], clip, loop_ns) / 1e6
     if not len(jumps):
@@ -405,9 +407,22 @@ def offset_seen(skew: dict, clip: dict[str, Any]) -> dict[str, Any] | None:
     return {
         "boundaries": len(jumps),
         "p50_ms": round(float(np.median(jumps)), 3),
+        "ci_ms": _interval_ms(jumps),
         "min_ms": round(float(jumps.min()), 3),
         "max_ms": round(float(jumps.max()), 3),
     }
+
+
+def _interval_ms(values_ms: np.ndarray) -> dict[str, float] | None:
+    """The median's distribution-free interval (``stats.median_interval``, 99 % where
+    the boundaries allow, else the range and its coverage), rounded: one boundary's
+    step moves with what the video delay did at that moment (hundreds of ms through a
+    lossy link), so the median of a dozen boundaries is known to tens of ms."""
+    found = median_interval(values_ms, MEDIAN_LEVEL)
+    if found is None:
+        return None
+    return {"lo": round(found["lo"], 3), "hi": round(found["hi"], 3),
+            "coverage": found["coverage"]}  # fmt: skip
 
 
 def half_steps(
@@ -555,6 +570,7 @@ def _av_sync(
         # first's: what drifts (a link step, NetEq's buffer) cancels, a planted offset
         # counted as added would not
         "added_half_step_ms": (round(float(np.median(steps)) / 1e6, 3) if len(steps) else None),
+        "added_half_step_ci_ms": _interval_ms(steps / 1e6),
         "added_half_steps": len(steps),
         "audio_delay_ms": _describe_ms(audio_delay[ok]),
         "video_delay_ms": _describe_ms(video_delay[known]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
@@ -161,3 +162,27 @@ def _buckets(values: np.ndarray, lo: float, hi: float, width: float) -> list[dic
             }
         )
     return rows
+
+
+def median_interval(values: np.ndarray, level: float = 0.99) -> dict[str, Any] | None:
+    """A distribution-free confidence interval for the median of independent samples:
+    the order statistics x(k) and x(n+1-k) with the largest k whose coverage (from the
+    binomial distribution with p = 1/2) is at least ``level``; with too few samples for
+    that, the range (x(1), x(n)) and the coverage it has. ``lo``, ``hi`` (in the values'
+    unit) and ``coverage`` (the interval's own, at least ``level`` where the samples
+    allow); None without samples."""
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    n = len(ordered)
+    if not n:
+        return None
+    k = 1
+    while k + 1 <= n // 2 and _order_coverage(n, k + 1) >= level:
+        k += 1
+    return {"lo": float(ordered[k - 1]), "hi": float(ordered[n - k]),
+            "coverage": round(_order_coverage(n, k), 4)}  # fmt: skip
+
+
+def _order_coverage(n: int, k: int) -> float:
+    """P(x(k) <= median <= x(n+1-k)) for n samples: 1 - 2 P(Bin(n, 1/2) < k)."""
+    below = sum(math.comb(n, i) for i in range(k)) / 2**n
+    return 1.0 - 2.0 * below
