@@ -17,7 +17,7 @@ import pytest
 from latlab.errors import UserInputError
 from latlab.experiment import run_analysed_sweep
 from latlab.lab.scenario import Scenario, ScenarioError, parse_scenario
-from latlab.lab.sweep import expand_sweep, to_toml
+from latlab.lab.sweep import expand_sweep, point_line, to_toml
 from latlab.report.sweep_table import comparison_table
 from latlab.rundir import read_sweep as load_sweep
 from tests.conftest import L16_CAPS, LATLAB, as_if_in_background, stop_budget_s, two_hosts
@@ -358,3 +358,20 @@ def _wait_for(condition: Callable[[], bool], timeout_s: float = 30) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.05)
+
+
+def test_a_point_without_followed_streams_says_what_its_sfu_forwarded() -> None:
+    """An SFU load point follows no stream: its line gives the capture's forwarding and
+    the SFU's cost per packet, not "no streams found"."""
+    entry = {
+        "name": "round=1,sfu=janus", "status": "ok", "streams": [],
+        "forwarding": {"sfu": {"forwarded_per_s": 7336.9, "match_rate": 1.0,
+                               "dwell": {"p50_ms": 0.420706, "p99_ms": 2.387106}},
+                       "edge": {"error": "edge: capture log cut short"}},
+        "costs": {"sfu": {"per_packet": {"cpu_us": 39.036}}},
+    }  # fmt: skip
+    assert point_line(entry) == (
+        "round=1,sfu=janus: ok · sfu forwarded 7337 pkt/s, matched 100.0 %, dwell p50 0.421 "
+        "p99 2.387 ms | edge: edge: capture log cut short | sfu 39.0 µs CPU per packet"
+    )
+    assert point_line({"name": "x", "status": "ok", "streams": []}) == "x: ok · no streams found"

@@ -144,7 +144,8 @@ def _run_point(
 
 
 def point_line(entry: Mapping[str, Any]) -> str:
-    """One line on a point's outcome: its end-to-end figures, or why it failed."""
+    """One line on a point's outcome: its end-to-end figures (or, without a followed
+    stream, what its SFU hosts forwarded and cost), or why it failed."""
     if entry["status"] != "ok":
         return f"{entry['name']}: {entry['status']}: {entry.get('error') or ''}".rstrip(": ")
     parts = []
@@ -154,7 +155,33 @@ def point_line(entry: Mapping[str, Any]) -> str:
             f"end to end p50 {_ms(e2e['p50_ms'])} p99 {_ms(e2e['p99_ms'])} ms · "
             f"lost {stream['lost']} late {stream['late']}"
         )
+    parts = parts or _forwarding_parts(entry)
     return f"{entry['name']}: ok · " + (" | ".join(parts) or "no streams found")
+
+
+def _forwarding_parts(entry: Mapping[str, Any]) -> list[str]:
+    """Per captured host, what it forwarded and how long packets stayed; per counted SFU
+    its CPU per forwarded packet."""
+    parts = []
+    for host, box in (entry.get("forwarding") or {}).items():
+        if "error" in box:
+            parts.append(f"{host}: {box['error']}")
+            continue
+        rate, dwell = box.get("match_rate"), box.get("dwell") or {}
+        matched = "-" if rate is None else f"{100 * rate:.1f} %"
+        parts.append(
+            f"{host} forwarded {_count(box.get('forwarded_per_s'))} pkt/s, matched {matched}, "
+            f"dwell p50 {_ms(dwell.get('p50_ms'))} p99 {_ms(dwell.get('p99_ms'))} ms"
+        )
+    for name, cost in (entry.get("costs") or {}).items():
+        cpu_us = (cost.get("per_packet") or {}).get("cpu_us")
+        if cpu_us is not None:
+            parts.append(f"{name} {cpu_us:.1f} µs CPU per packet")
+    return parts
+
+
+def _count(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
 
 
 def _ms(value: float | None) -> str:
