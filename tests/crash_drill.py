@@ -461,7 +461,7 @@ def drill_in_uml(
     if reason:
         print(f"{kind.name}: skipped (a User-Mode Linux guest cannot run here: {reason})")
         return []
-    out = work / "uml"
+    out = work.resolve() / "uml"
     out.mkdir(exist_ok=True)
     command = (
         f"{sys.executable} -m tests.crash_drill --kinds {kind.name}-guest "
@@ -469,10 +469,12 @@ def drill_in_uml(
         f"--phases {','.join(phases)}"
     )
     console = uml.boot(out, command, timeout=300 + 120 * kills)  # fmt: skip
+    (out / "console.txt").write_text(console, encoding="utf-8")  # the guest's whole story
     try:
         found = json.loads((out / "kills.json").read_text())
     except (OSError, ValueError):
-        return [Kill(kind.name, 0, "", problems=[f"the guest wrote no results: {console[-500:]}"])]
+        why = f"{uml.failure_reason(console)} (console: {out / 'console.txt'})"
+        return [Kill(kind.name, 0, "", problems=[f"the guest wrote no results: {why}"])]
     return [Kill(**k) for k in found]
 
 

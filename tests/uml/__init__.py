@@ -67,7 +67,7 @@ def boot(workdir: Path, command: str, *, wrapper: tuple[str, ...] = (), timeout:
     the repository, power off; return the console output. ``wrapper`` goes before
     ``linux.uml`` in the argv (the tests use it to simulate a host UML cannot run on)."""
     assert UML is not None, "user-mode-linux is not installed (scripts/setup.sh)"
-    init = workdir / "uml-init.sh"
+    init = workdir.resolve() / "uml-init.sh"  # the guest kernel opens init by absolute path
     init.write_text(
         "#!/bin/sh\n"
         "export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root\n"
