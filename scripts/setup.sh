@@ -184,8 +184,13 @@ python_environment() {
 
 install_debian_packages
 find_cargo
+# pip mostly waits on the package index and unpacks wheels while cargo compiles: the
+# Python environment is made beside the Rust build (30 s of 200 here), and its failure
+# still stops the set-up (wait returns its status)
+python_environment &
+python_pid=$!
 build_rust
-python_environment
+wait "$python_pid"
 build_livekit_server
 bundle_livekit_client
 build_loadgen
