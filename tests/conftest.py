@@ -17,6 +17,7 @@ import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -42,22 +43,35 @@ E2E_PROGRAMS = frozenset(
 )  # fmt: skip
 
 
+LOG = "ran.log"
+
+
 class _FastTierGuard:
     """Stand-ins for ``E2E_PROGRAMS`` in a temporary directory: each logs that it ran and
     fails. While a fast-tier test runs (its fixtures included), PATH starts there and
-    ``subprocess.Popen`` refuses those programs given by their full path."""
+    ``subprocess.Popen`` refuses those programs given by their full path.
 
-    def __init__(self) -> None:
-        self.shims = Path(tempfile.mkdtemp(prefix="latlab-fast-tier-"))
-        self.log = self.shims / "ran.log"
+    The directory is made on first use: test modules that import ``tests.conftest`` load
+    a second copy of this module, whose guard is never used, nor removed at exit."""
+
+    @cached_property
+    def shims(self) -> Path:
+        """The stand-ins' directory (made on first use; ``pytest_unconfigure`` removes it)."""
+        shims = Path(tempfile.mkdtemp(prefix="latlab-fast-tier-"))
         for name in E2E_PROGRAMS:
-            shim = self.shims / name
+            shim = shims / name
             shim.write_text(
-                f"#!/bin/sh\necho {shlex.quote(name)} >> {shlex.quote(str(self.log))}\n"
+                f"#!/bin/sh\necho {shlex.quote(name)} >> {shlex.quote(str(shims / LOG))}\n"
                 f"echo 'latlab tests: a fast-tier test ran {name}: mark it e2e' >&2\nexit 127\n",
                 encoding="utf-8",
             )
             shim.chmod(0o755)
+        return shims
+
+    @property
+    def log(self) -> Path:
+        """Where the stand-ins and the Popen guard log the programs refused."""
+        return self.shims / LOG
 
     @contextmanager
     def active(self) -> Iterator[None]:
@@ -95,7 +109,8 @@ _GUARD = _FastTierGuard()
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    shutil.rmtree(_GUARD.shims, ignore_errors=True)
+    if "shims" in vars(_GUARD):  # made
+        shutil.rmtree(_GUARD.shims, ignore_errors=True)
 
 
 @pytest.hookimpl(hookwrapper=True)

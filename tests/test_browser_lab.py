@@ -78,12 +78,18 @@ def frames(recs: list[dict[str, Any]], side: str) -> dict[tuple[int, int], float
 
 
 def leftovers(tmp_path: Path) -> tuple[list[str], str]:
-    """This process's lab namespaces and any Chromium still using a profile under tmp_path."""
-    namespaces = [n for n in list_namespaces() if n.startswith(f"llab-{os.getpid()}-")]
+    """This process's lab namespaces, the lock directories Chromium made in its TMPDIR
+    for a profile under tmp_path (its ``SingletonSocket`` link points there), and any
+    Chromium still using such a profile."""
+    left = [n for n in list_namespaces() if n.startswith(f"llab-{os.getpid()}-")]
+    for link in tmp_path.rglob("profiles/*/SingletonSocket"):
+        lock_dir = Path(os.readlink(link)).parent
+        if lock_dir.exists():
+            left.append(str(lock_dir))
     found = subprocess.run(
         ["pgrep", "-af", f"user-data-dir={tmp_path}"], capture_output=True, text=True, timeout=60
     ).stdout
-    return namespaces, found
+    return left, found
 
 
 def run_failing(tmp_path: Path, text: str) -> tuple[str, dict[str, Any]]:

@@ -208,7 +208,8 @@ _EVERY_KIND: bytes | None = None
 def every_kind_bytes() -> bytes:
     global _EVERY_KIND
     if _EVERY_KIND is None:
-        _EVERY_KIND = every_kind_trace(Path(tempfile.mkdtemp(prefix="latlab-fuzz-")) / "t.lltrace")
+        with tempfile.TemporaryDirectory(prefix="latlab-fuzz-") as tmp:
+            _EVERY_KIND = every_kind_trace(Path(tmp) / "t.lltrace")
     return _EVERY_KIND
 
 

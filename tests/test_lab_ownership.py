@@ -144,3 +144,15 @@ def test_the_journal_directory_is_root_only() -> None:
         mode = owner.journal_dir().stat().st_mode & 0o777
         assert mode == 0o700
         assert os.stat(owner.journal().path).st_mode & 0o777 == 0o600
+
+
+def test_a_clean_exit_leaves_no_journal_and_no_private_directory(tmp_path: Path) -> None:
+    code = ("from latlab.lab import owner\n"
+            "(owner.private_tmp() / 'socket').write_text('x')\n"
+            "print(owner.journal().path, owner.private_tmp())\n")  # fmt: skip
+    env = {**os.environ, "LATLAB_OWNER_DIR": str(tmp_path / "owners")}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=TIMEOUT_S, check=True)  # fmt: skip
+    journal, private = done.stdout.split()
+    assert Path(private).parent == tmp_path / "tmp"
+    assert not Path(journal).exists() and not Path(private).exists()

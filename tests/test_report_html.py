@@ -55,6 +55,7 @@ class Browser:
              "--remote-debugging-pipe", f"--user-data-dir={profile}",
              "--hide-scrollbars", "about:blank"],
             preexec_fn=wire, close_fds=False, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env={**os.environ, "TMPDIR": str(profile)},  # its lock dir: removed with the profile
         )  # fmt: skip
         os.close(to_browser_r)
         os.close(from_browser_w)

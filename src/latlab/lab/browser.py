@@ -32,9 +32,11 @@ import atexit
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -46,6 +48,7 @@ from urllib.parse import urlencode
 
 from latlab.errors import MeasurementError
 from latlab.ingest.chrome_trace import chrome_trace_path
+from latlab.lab import owner
 from latlab.lab.netns import Lab, LabError, add_namespace, delete_namespace, ip, namespace_name
 from latlab.lab.process import STOP_STEPS as PIPELINE_STOP_STEPS
 from latlab.lab.process import ChildProcess
@@ -307,6 +310,7 @@ class BrowserLab:
         self.sfus: dict[str, SfuServer] = {}  # the running SFUs rooms meet through
         self.room_urls: dict[str, str] = {}  # a room member's page (its token, once made)
         self.quality: QualityClip | None = None  # a quality room's clip (lab.quality)
+        self.tmp_dir: Path | None = None  # the browsers' TMPDIR (env), removed by down
 
     def use_signal(
         self, captures: dict[str, Path], recorders: set[str], peers: dict[str, str] | None = None
@@ -329,6 +333,7 @@ class BrowserLab:
         try:
             if self.browsers:
                 self.records_dir.mkdir(parents=True, exist_ok=True)
+                self.tmp_dir = Path(tempfile.mkdtemp(prefix="chromium-", dir=owner.private_tmp()))
                 self.version = chromium_version()
                 try:
                     self.quality = prepare_quality(self.scenario, self.run_dir)
@@ -371,8 +376,21 @@ class BrowserLab:
         """Where the page server writes ``proc``'s records."""
         return (self.webrtc_dir if proc.webrtc else self.records_dir) / f"{proc.name}.jsonl"
 
+    def env(self) -> dict[str, str]:
+        """A browser's environment: latlab's, with TMPDIR in this lab's own directory.
+
+        Chromium makes its profile lock (``org.chromium.Chromium.XXXXXX``, a socket) in
+        TMPDIR and leaves it there when it is killed; in the owner's private directory
+        ``down`` removes it, and after a kill -9 of latlab the next run does
+        (:func:`latlab.lab.owner.private_tmp`)."""
+        env = dict(os.environ)
+        if self.tmp_dir is not None:
+            env["TMPDIR"] = str(self.tmp_dir)
+        return env
+
     def down(self) -> None:
-        """Stop the page server and remove its namespace (with the veths)."""
+        """Stop the page server, remove its namespace (with the veths) and the browsers'
+        TMPDIR."""
         with signals_deferred():
             if self.server is not None:
                 self.server.stop()
@@ -380,6 +398,9 @@ class BrowserLab:
                 with contextlib.suppress(LabError):
                     delete_namespace(self.namespace)
                 self._created = False
+            if self.tmp_dir is not None:  # the browsers have stopped (the runner's order)
+                shutil.rmtree(self.tmp_dir, ignore_errors=True)
+                self.tmp_dir = None
             atexit.unregister(self.down)
 
     def _network(self) -> None:

@@ -21,6 +21,7 @@ import atexit
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -200,8 +201,8 @@ class Lab:
         ``link_backends[i]``: the scenario's ``backend`` for it (default latlab-linkemu);
         ``capture_hosts``: hosts whose every packet is captured (``run_dir/captures/``).
 
-        Emulated links log to ``run_dir/links/`` (a new temporary directory without
-        ``run_dir``); ``exited`` is set when an emulator exits.
+        Emulated links log to ``run_dir/links/`` (without ``run_dir``: to a temporary
+        directory removed when the lab goes down); ``exited`` is set when an emulator exits.
         """
         self.pid = owner_pid if owner_pid is not None else os.getpid()
         self.hosts = list(hosts)
@@ -226,6 +227,7 @@ class Lab:
         self.cpus: dict[str, tuple[int, ...]] = {}  # hosts' CPUs: from_scenario sets them
         self._created: list[str] = []
         self._stack = ExitStack()
+        self._scratch: Path | None = None  # without run_dir: links' and captures' files
 
     @classmethod
     def from_scenario(
@@ -386,6 +388,9 @@ class Lab:
             for link in self.netem_links.values():
                 link.stop()
             self.clocks.down()
+            if self._scratch is not None:  # its writers (emulators, captures) have stopped
+                shutil.rmtree(self._scratch, ignore_errors=True)
+                self._scratch = None
             errors = []
             while self._created:
                 namespace = self._created[-1]
@@ -417,9 +422,17 @@ class Lab:
         finally:
             self._stack.close()
 
+    def _out_dir(self) -> Path:
+        """The run directory, else a temporary one that ``down`` removes."""
+        if self.run_dir is not None:
+            return self.run_dir
+        if self._scratch is None:
+            self._scratch = Path(tempfile.mkdtemp(prefix="llab-lab-"))
+        return self._scratch
+
     def _add_capture(self, host: str) -> None:
-        """Start capturing ``host``'s packets (in the run directory, else a new temporary one)."""
-        run_dir = self.run_dir or Path(tempfile.mkdtemp(prefix="llab-capture-"))
+        """Start capturing ``host``'s packets (in the run directory, else the lab's own)."""
+        run_dir = self._out_dir()
         capture = Capture(host, self.namespace(host), run_dir,
                           self.exited or threading.Event())  # fmt: skip
         capture.child.argv[4:4] = self.clocks.prefix(host)  # the host's clock, if its own
@@ -519,7 +532,7 @@ class Lab:
                     if cpu is not None:
                         emulated.steer_receive_away(namespace, dev, cpu)
             self._address_hosts(link)
-            out = (self.run_dir or Path(tempfile.mkdtemp(prefix="llab-links-"))) / LINKS
+            out = self._out_dir() / LINKS
             emulator = emulated.Emulator(link, router, (r_a, r_b), config, out, self.exited)
             emulator.child.argv[4:4] = self.clocks.prefix(link.a)  # after ip netns exec NS
             self.emulators[link.index] = emulator

@@ -385,14 +385,27 @@ def remove_standing(journal_path: Path, cleaner: Cleaner) -> list[str]:
     return removed
 
 
+def _drop_private_tmp(j: Journal, entries: Entries) -> None:
+    """Remove this process's private directory (:func:`private_tmp`) when the journal lists
+    nothing else: whatever used it has been stopped and struck off."""
+    tmp = str(journal_dir().parent / "tmp" / j.token)
+    if entries.items["path"] != [tmp] or any(v for k, v in entries.items.items() if k != "path"):
+        return
+    shutil.rmtree(tmp, ignore_errors=True)
+    j.drop("path", tmp)
+    entries.items["path"].clear()
+
+
 def close() -> None:
-    """Remove this process's journal if it lists nothing any more (at a clean exit)."""
+    """Remove this process's journal if it lists nothing any more but its private
+    directory, and that directory (at a clean exit)."""
     global _journal
     with _journal_lock:
         j = _journal
         if j is None or _journal_pid != os.getpid():
             return
         entries = Entries.read(j.path)
+        _drop_private_tmp(j, entries)
         if not any(entries.items.values()):
             with contextlib.suppress(OSError):
                 j.path.unlink()

@@ -510,7 +510,8 @@ class _Run:
 
     def _env(self, proc: Process, addrs: dict[str, str]) -> dict[str, str]:
         if proc.browser:  # no GStreamer in a browser: no tracer
-            return dict(os.environ)
+            assert self.browsers is not None
+            return self.browsers.env()
         tracing = tracer_env(self.out_dir / rundir.TRACES, proc.name) if self.trace else {}
         extra = {**self.devices.env_for(proc.host), **self.scenario.resolved_env(proc, addrs)}
         return process_env(dict(os.environ), tracing, extra)
