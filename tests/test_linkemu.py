@@ -21,7 +21,9 @@ from latlab.ingest.link_log import (
     LOSS,
     LinkLog,
     LinkLogError,
+    late_release_problems,
     read_link_log,
+    release_summary,
     traffic_summary,
 )
 from latlab.lab.links import LINKEMU, UDPGEN, emulator_config
@@ -29,6 +31,7 @@ from latlab.lab.netns import Lab, LabError, ip, list_namespaces
 from latlab.lab.runner import RunError, run_scenario
 from latlab.lab.scenario import ScenarioError, parse_scenario
 from latlab.pipeline import analyze_run
+from tests.test_fuzz_inputs import link_log_bytes
 
 needs_lab = pytest.mark.skipif(
     os.geteuid() != 0 or not LINKEMU.is_file() or not UDPGEN.is_file(),
@@ -161,6 +164,34 @@ def test_foreign_and_truncated_logs(tmp_path: Path) -> None:
     future.write_bytes(b"LLLINK\0\0" + (9).to_bytes(2, "little") + bytes(100))
     with pytest.raises(LinkLogError, match="version 9 is not supported"):
         read_link_log(future)
+
+
+def test_late_releases_are_counted_and_named(tmp_path: Path) -> None:
+    """Known answer: forward, 1000 copies released 0-9 µs after their schedule and three
+    1.5, 2 and 7.8 ms after it, two dropped (never released); reverse, all on time."""
+    on_time = np.arange(1000) % 10 * 1_000
+    late = np.array([1_500_000, 2_000_000, 7_800_000])
+    error = np.concatenate([on_time, late, [0, 0], on_time[:100]])
+    n = len(error)
+    scheduled = 10_000_000 + np.arange(n, dtype=np.int64) * 100_000
+    released = scheduled + error
+    released[1003:1005] = 0  # dropped
+    direction = np.r_[np.zeros(1005), np.ones(100)].astype(np.uint8)
+    path = tmp_path / "tx-rx.lllink"
+    path.write_bytes(link_log_bytes({"arrival_ns": scheduled - 20_000_000,
+                                     "scheduled_ns": scheduled, "released_ns": released,
+                                     "direction": direction, "packet_id": np.arange(n)},
+                                    ("tx", "rx")))  # fmt: skip
+    rows = release_summary(read_link_log(path))
+    forward, reverse = rows
+    assert forward == {"direction": "tx->rx", "released": 1003, "p50_us": 5.0,
+                       "p99_us": pytest.approx(9.0), "max_us": 7800.0, "late": 3}  # fmt: skip
+    assert reverse["late"] == 0 and reverse["released"] == 100 and reverse["max_us"] == 9.0
+    [problem] = late_release_problems(rows)
+    assert problem == (
+        "tx->rx: 3 of 1003 packets released more than 1 ms after their "
+        "schedule (latest 7.80 ms late): their delay was not the one asked for"
+    )
 
 
 # -- on real namespaces ------------------------------------------------------------------
@@ -331,6 +362,13 @@ def test_l16_over_20ms_link_network_segment(tmp_path: Path) -> None:
     rtp = flow_rtp(log)
     assert len(rtp) > 250 and rtp.min() >= 20 - 0.001
     assert np.median(rtp) == pytest.approx(20, abs=0.05)
+    # how exactly the emulator kept its schedule is in the summary, late copies named
+    [link_summary] = summary["links"]
+    [release] = link_summary["release"]  # RTP one way only
+    assert release["direction"] == "tx->rx" and release["released"] >= len(rtp)
+    assert release["p50_us"] <= release["p99_us"] <= release["max_us"]
+    named = [p for p in link_summary["problems"] if "after their schedule" in p]
+    assert len(named) == (release["late"] > 0), link_summary["problems"]
 
 
 NETWORK_KIND_MS = 0.3  # issue 14: the network kind is the link's delay plus the stacks

@@ -31,7 +31,12 @@ from latlab.analysis.summary import summary_json as summary_json  # for the CLI'
 from latlab.ingest.browser_records import BrowserLog, read_browser_logs
 from latlab.ingest.events import EventTable, load_run
 from latlab.ingest.link_events import read_link_logs
-from latlab.ingest.link_log import LinkLog, traffic_summary
+from latlab.ingest.link_log import (
+    LinkLog,
+    late_release_problems,
+    release_summary,
+    traffic_summary,
+)
 from latlab.rundir import (
     BLACKBOX_FILE,
     ELEMENT_STATS_FILE,
@@ -59,13 +64,16 @@ def run_metadata(run_dir: Path) -> dict[str, Any]:
 
 
 def link_summary(log: LinkLog) -> dict[str, Any]:
-    """What crossed one emulated link: per direction, protocol and port (summary.json)."""
+    """What crossed one emulated link, per direction, protocol and port, and how exactly
+    its emulator kept the schedule (summary.json)."""
+    release = release_summary(log)
     return {
         "log": log.path.name,
         "directions": list(log.directions.values()),
         "complete": log.closed,
-        "problems": log.problems,
+        "problems": log.problems + late_release_problems(release),
         "traffic": traffic_summary(log),
+        "release": release,
     }
 
 

@@ -233,3 +233,42 @@ def traffic_summary(log: LinkLog) -> list[dict[str, Any]]:
         )
     rows.sort(key=lambda r: (-r["packets"], r["direction"], r["protocol"], r["port"] or 0))
     return rows
+
+
+LATE_RELEASE_NS = 1_000_000  # a release this much after its schedule changed the impairment
+
+
+def release_summary(log: LinkLog) -> list[dict[str, Any]]:
+    """How exactly the emulator kept its schedule, per direction: the release error
+    (released - scheduled) of every copy it released, in µs (``p50_us``, ``p99_us``,
+    ``max_us``), and ``late``: the copies released more than 1 ms after their schedule,
+    whose delay was not the one the scenario asked for."""
+    c = log.columns
+    released = c["released_ns"] > 0
+    error_ns = c["released_ns"].astype(np.int64) - c["scheduled_ns"].astype(np.int64)
+    rows = []
+    for direction, name in log.directions.items():
+        mine = error_ns[released & (c["direction"] == direction)]
+        if not len(mine):
+            continue
+        p50, p99 = np.percentile(mine, (50, 99)) / 1e3
+        rows.append({
+            "direction": name,
+            "released": len(mine),
+            "p50_us": float(round(p50, 3)),
+            "p99_us": float(round(p99, 3)),
+            "max_us": float(round(mine.max() / 1e3, 3)),
+            "late": int(np.count_nonzero(mine > LATE_RELEASE_NS)),
+        })  # fmt: skip
+    return rows
+
+
+def late_release_problems(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per direction whose emulator released copies more than 1 ms late."""
+    return [
+        f"{row['direction']}: {row['late']} of {row['released']} packets released more than "
+        f"{LATE_RELEASE_NS / 1e6:g} ms after their schedule (latest {row['max_us'] / 1e3:.2f} "
+        "ms late): their delay was not the one asked for"
+        for row in rows
+        if row["late"]
+    ]

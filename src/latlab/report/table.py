@@ -514,7 +514,9 @@ def _run_parts(summary: dict[str, Any]) -> list[Any]:
         parts += cost_views(summary["costs"])
     if summary.get("resources", {}).get("processes"):
         parts.append(resources_table(summary["resources"]))
-    parts += [link_traffic_table(link) for link in summary.get("links", [])]
+    for link in summary.get("links", []):
+        parts.append(link_traffic_table(link))
+        parts += [f"[yellow]{link['log']}: {problem}[/yellow]" for problem in link["problems"]]
     if summary.get("srt"):
         parts.append(srt_table(summary["srt"]))
     for trace in summary.get("traces", []):
