@@ -84,15 +84,22 @@ def read_end(path: Path) -> tuple[int | None, int | None]:
     return written, dropped
 
 
-def run_once(name: str, buffers: int, size: int, plugin_path: Path, tmp: Path) -> Run:
+def gst_env(plugin_path: Path, trace: Path | None = None) -> dict[str, str]:
+    """This environment without GStreamer tracers or debug output, the plugin from
+    ``plugin_path``, and with ``trace`` the latlab tracer writing there."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GST_TRACER", "GST_DEBUG"))}
     env["GST_PLUGIN_PATH"] = str(plugin_path)
-    trace = tmp / "bench.lltrace"
-    log = tmp / "latency.log"
-    if name == "latlab":
+    if trace is not None:
         env["GST_TRACERS"] = "latlab"
         env["LATLAB_TRACE_FILE"] = str(trace)
-    elif name == "latency":
+    return env
+
+
+def run_once(name: str, buffers: int, size: int, plugin_path: Path, tmp: Path) -> Run:
+    trace = tmp / "bench.lltrace"
+    log = tmp / "latency.log"
+    env = gst_env(plugin_path, trace if name == "latlab" else None)
+    if name == "latency":
         env["GST_TRACERS"] = "latency(flags=pipeline+element)"
         env["GST_DEBUG"] = "GST_TRACER:7"
         env["GST_DEBUG_FILE"] = str(log)

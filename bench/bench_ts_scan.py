@@ -16,7 +16,6 @@ only; it measures and prints, it asserts nothing.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import struct
 import subprocess
@@ -25,11 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_tracer import DEFAULT_PLUGIN_PATH, gst_env
+
 PUSHES_PER_BUFFER = 5
 BLOCK = 1316
 TS = 188
 PES_EVERY = 10
-DEFAULT_PLUGIN_PATH = Path(__file__).resolve().parent.parent / "target" / "release"
 
 
 def ts_packet(pid: int, counter: int, pes_pts: int | None) -> bytes:
@@ -68,11 +68,7 @@ def write_streams(path_ts: Path, path_other: Path, buffers: int) -> None:
 
 
 def run_once(location: Path, buffers: int, traced: bool, plugin_path: Path, tmp: Path) -> float:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GST_TRACER", "GST_DEBUG"))}
-    env["GST_PLUGIN_PATH"] = str(plugin_path)
-    if traced:
-        env["GST_TRACERS"] = "latlab"
-        env["LATLAB_TRACE_FILE"] = str(tmp / "bench.lltrace")
+    env = gst_env(plugin_path, tmp / "bench.lltrace" if traced else None)
     desc = (
         f"filesrc location={location} blocksize={BLOCK} num-buffers={buffers} "
         "! identity ! identity ! identity ! identity ! fakesink"
@@ -122,8 +118,7 @@ def main() -> int:
                 ns = run_once(location, args.buffers, traced, args.plugin_path, tmp)
                 results[name].append(ns)
                 print(f"rep {rep + 1}/{args.reps} {name:<15} {ns:8.1f} ns/push", flush=True)
-        env = dict(os.environ, GST_PLUGIN_PATH=str(args.plugin_path), GST_TRACERS="latlab")
-        env["LATLAB_TRACE_FILE"] = str(tmp / "check.lltrace")
+        env = gst_env(args.plugin_path, tmp / "check.lltrace")
         subprocess.run(
             ["gst-launch-1.0", "-q", "filesrc", f"location={ts}", f"blocksize={BLOCK}",
              "num-buffers=1000", "!", "fakesink"], env=env, check=True,

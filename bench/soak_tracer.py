@@ -43,7 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench_tracer import DEFAULT_PLUGIN_PATH, HEADER_SIZE
+from bench_tracer import DEFAULT_PLUGIN_PATH, HEADER_SIZE, gst_env
 from bench_tracer import DROPS_CHUNK as DROPS
 from bench_tracer import END_CHUNK as END
 
@@ -140,14 +140,12 @@ def run_pipeline(
 ) -> Run:
     """Run the paced pipeline once, sampling its memory every second."""
     run = Run(traced, buffers=round(seconds * rate))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GST_TRACER", "GST_DEBUG"))}
-    env["GST_PLUGIN_PATH"] = str(plugin_path)
     reader = None
     started = time.monotonic()
+    fifo = tmp / "soak.lltrace"
+    env = gst_env(plugin_path, fifo if traced else None)
     if traced:
-        fifo = tmp / "soak.lltrace"
         os.mkfifo(fifo, 0o600)
-        env["GST_TRACERS"], env["LATLAB_TRACE_FILE"] = "latlab", str(fifo)
         run.trace = TraceStream()
         reader = threading.Thread(target=read_fifo, args=(fifo, started, run.trace), daemon=True)
         reader.start()
