@@ -8,7 +8,13 @@ every second). Targets: p99 ≤ 50 µs and max ≤ 1 ms in every slice, every pa
 released, memory flat after the first slice. It only measures and prints (``--json PATH``
 also writes the figures); tests/test_soak.py runs a 20-second version.
 
+``--sched-trace`` also records, with ``perf`` (software tracepoints), every context switch
+and local timer interrupt on the release CPU, and says for each release more than 1 ms
+late what that CPU had switched to last before the packet was due, and whether any
+timer interrupt reached the CPU between the packet's due time and its release.
+
     .venv/bin/python bench/soak_linkemu.py [--seconds 600] [--pps 10000] [--json PATH]
+        [--sched-trace]
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import argparse
 import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -44,7 +51,7 @@ LATE_US = 1000.0  # a release this late is looked for in the steal time
 SIZE = 200  # UDP payload bytes
 
 
-def soak(seconds: float, pps: int, every: float) -> dict[str, Any]:
+def soak(seconds: float, pps: int, every: float, sched_trace: bool = False) -> dict[str, Any]:
     """Run the soak; its figures."""
     config = {
         "name": "tx-rx",
@@ -70,17 +77,81 @@ def soak(seconds: float, pps: int, every: float) -> dict[str, Any]:
                 "--size",
                 str(SIZE),
             ]
+            perf = SchedTrace(Path(tmp), cpu) if sched_trace and cpu is not None else None
             sender = subprocess.Popen(
                 lab.exec_argv("tx", argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
             )
             samples = _sample(sender, pid, every)
             out, err = sender.communicate(timeout=60)
+            switches = perf.stop() if perf is not None else None
             if sender.returncode != 0:
                 raise SystemExit(f"soak_linkemu: udpgen failed: {err.strip()}")
             print(f"  sender: {out.strip()}", flush=True)
         log = read_link_log(Path(tmp) / "links" / "tx-rx.lllink")
     sent = re.search(r"sent (\d+)", out)
-    return figures(log, int(sent.group(1)) if sent else count, samples, cpu, seconds)
+    found = figures(log, int(sent.group(1)) if sent else count, samples, cpu, seconds)
+    if switches is not None:
+        found["before_late"] = before_late(log, switches)
+    return found
+
+
+class SchedTrace:
+    """``perf record`` of the context switches and local timer interrupts on one CPU
+    (CLOCK_MONOTONIC timestamps, as the link log's)."""
+
+    EVENTS = ("sched:sched_switch", "irq_vectors:local_timer_entry")
+
+    def __init__(self, tmp: Path, cpu: int) -> None:
+        self.data = tmp / "sched.perf"
+        events = [arg for e in self.EVENTS for arg in ("-e", e)]
+        self.proc = subprocess.Popen(
+            ["perf", "record", "-q", "-k", "CLOCK_MONOTONIC", "-C", str(cpu), *events,
+             "-o", str(self.data)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+
+    def stop(self) -> dict[str, np.ndarray]:
+        """Stop recording; per event: ``t_ns``, ``timer`` (bool) and ``next`` (the task
+        switched to, "" for a timer interrupt)."""
+        self.proc.send_signal(signal.SIGINT)
+        self.proc.wait(timeout=120)
+        text = subprocess.run(
+            ["perf", "script", "-i", str(self.data), "-F", "time,event,trace", "--ns"],
+            capture_output=True, text=True, timeout=600, check=False,
+        ).stdout  # fmt: skip
+        rows = re.findall(r"([0-9]+)\.([0-9]{9}): +(\S+):(?:.*?next_comm=(\S+))?", text)
+        return {
+            "t_ns": np.array([int(a) * 1_000_000_000 + int(b) for a, b, _, _ in rows], np.int64),
+            "timer": np.array([e.startswith("irq_vectors") for _, _, e, _ in rows], bool),
+            "next": np.array([n for _, _, _, n in rows], object),
+        }
+
+
+def before_late(log: Any, switches: dict[str, np.ndarray]) -> dict[str, Any]:
+    """For each release more than 1 ms late: the task the release CPU had switched to
+    last before the packet was due (counted by name), and how many of them saw no timer
+    interrupt on that CPU between their due time and their release."""
+    c = log.columns
+    released = udp_forward(log) & (c["released_ns"] > 0)
+    due = c["scheduled_ns"][released].astype(np.int64)
+    out = c["released_ns"][released].astype(np.int64)
+    late = (out - due) > LATE_US * 1e3
+    is_switch = ~switches["timer"]
+    switch_t, names = switches["t_ns"][is_switch], switches["next"][is_switch]
+    timer_t = np.sort(switches["t_ns"][switches["timer"]])
+    last = np.searchsorted(switch_t, due[late], side="right") - 1
+    tasks = [str(names[i]) if i >= 0 else "(none recorded)" for i in last]
+    first = np.searchsorted(timer_t, due[late])
+    timers = np.searchsorted(timer_t, out[late]) - first
+    reached = first < len(timer_t)
+    wait_us = (timer_t[first[reached]] - due[late][reached]) / 1e3
+    counts: dict[str, int] = {}
+    for task in tasks:
+        counts[task] = counts.get(task, 0) + 1
+    return {"late": int(late.sum()), "switched_to": counts,
+            "no_timer_interrupt": int(np.count_nonzero(timers == 0)),
+            "first_timer_after_due_us": {
+                "p50": float(np.median(wait_us)) if len(wait_us) else None,
+                "min": float(wait_us.min()) if len(wait_us) else None}}  # fmt: skip
 
 
 @dataclass
@@ -230,6 +301,17 @@ def report(found: dict[str, Any]) -> None:
             f"(cpu{steal['cpu']}); seconds with steal there: {steal['seconds_with_steal']} of "
             f"{steal['seconds']}"
         )
+    before = found.get("before_late")
+    if before and before["late"]:
+        tasks = ", ".join(f"{k} {v}" for k, v in sorted(before["switched_to"].items(),
+                                                        key=lambda kv: -kv[1]))  # fmt: skip
+        print(
+            f"before the {before['late']} late releases the release CPU had switched to: "
+            f"{tasks}; {before['no_timer_interrupt']} of them saw no timer interrupt on it "
+            "between their due time and their release; the first timer interrupt after the "
+            f"due time came {before['first_timer_after_due_us']['p50']:.0f} µs after it at the "
+            f"median (least {before['first_timer_after_due_us']['min']:.0f} µs)"
+        )
     rss = found["rss_mb"]
     if rss["peak"] is not None:
         print(
@@ -244,6 +326,11 @@ def main() -> int:
     ap.add_argument("--pps", type=int, default=10_000)
     ap.add_argument("--every", type=float, default=60.0, help="progress line interval (s)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    ap.add_argument(
+        "--sched-trace",
+        action="store_true",
+        help="record the release CPU's switches and timer interrupts (perf)",
+    )
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("soak_linkemu: needs root (network namespaces)", file=sys.stderr)
@@ -254,7 +341,8 @@ def main() -> int:
         return 1
     cleanup_stale()
     print(f"link emulator soak: {args.pps} packets/s through 20 ± 5 ms for {args.seconds:g} s")
-    return publish(soak(args.seconds, args.pps, args.every), report, args.json)
+    found = soak(args.seconds, args.pps, args.every, args.sched_trace)
+    return publish(found, report, args.json)
 
 
 if __name__ == "__main__":
