@@ -516,7 +516,7 @@ def _run_parts(summary: dict[str, Any]) -> list[Any]:
         parts.append(resources_table(summary["resources"]))
     for link in summary.get("links", []):
         parts.append(link_traffic_table(link))
-        parts += [f"[yellow]{link['log']}: {problem}[/yellow]" for problem in link["problems"]]
+        parts += [f"[yellow]{link['log']}: {note}[/yellow]" for note in link.get("problems", [])]
     if summary.get("srt"):
         parts.append(srt_table(summary["srt"]))
     for trace in summary.get("traces", []):
