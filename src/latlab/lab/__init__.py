@@ -8,25 +8,36 @@ Public API:
 * :func:`record`, :func:`print_env`, :class:`RecordError`
 """
 
-from latlab.lab.netns import Lab, LabError, cleanup_stale
-from latlab.lab.record import RecordError, print_env, record
-from latlab.lab.runner import RunError, RunResult, run_scenario
-from latlab.lab.scenario import Scenario, ScenarioError, load_scenario, parse_scenario
-from latlab.lab.signals import Terminated
+from __future__ import annotations
 
-__all__ = [
-    "Lab",
-    "LabError",
-    "RecordError",
-    "RunError",
-    "RunResult",
-    "Scenario",
-    "ScenarioError",
-    "Terminated",
-    "cleanup_stale",
-    "load_scenario",
-    "parse_scenario",
-    "print_env",
-    "record",
-    "run_scenario",
-]
+import importlib
+from typing import Any
+
+# The names, imported on first use: importing one module of the lab (the scenario model,
+# the ownership journal) must not load the runner, the browsers and scipy with it (every
+# CLI command imports the scenario model: 0.41 s before, most of a `latlab --help`).
+_EXPORTS = {
+    "Lab": "netns",
+    "LabError": "netns",
+    "cleanup_stale": "netns",
+    "RecordError": "record",
+    "print_env": "record",
+    "record": "record",
+    "RunError": "runner",
+    "RunResult": "runner",
+    "run_scenario": "runner",
+    "Scenario": "scenario",
+    "ScenarioError": "scenario",
+    "load_scenario": "scenario",
+    "parse_scenario": "scenario",
+    "Terminated": "signals",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'latlab.lab' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"latlab.lab.{module}"), name)
