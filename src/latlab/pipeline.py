@@ -17,12 +17,10 @@ import pyarrow.parquet as pq
 
 from latlab import rundir
 from latlab.analysis import store
-from latlab.analysis.blackbox import BlackBoxError, black_box_summary
 from latlab.analysis.clock_apply import Aligner, annotate_summary
 from latlab.analysis.cost import process_costs
 from latlab.analysis.element_stats import srt_summary, stats_table
 from latlab.analysis.loads import load_figures
-from latlab.analysis.quality import quality_summary
 from latlab.analysis.resources import summarize_resources
 from latlab.analysis.segments import StreamAnalysis, analyze, measured_window
 from latlab.analysis.sfu_dwell import sfu_dwell
@@ -274,6 +272,8 @@ def _quality(
 ) -> dict[str, Any] | None:
     """summary.json's ``quality`` (a room with ``quality = true``; a file problem as
     ``error``)."""
+    from latlab.analysis.quality import quality_summary  # scipy.signal: 0.4 s to import
+
     try:
         return quality_summary(run_dir, meta, browsers, link_logs, forwarded)
     except (SignalError, RunDirError) as exc:
@@ -285,6 +285,8 @@ def _black_box(
 ) -> tuple[dict[str, Any] | None, pa.Table | None]:
     """summary.json's ``blackbox`` (a run with ``[signal]``; a file problem as ``error``)
     and the per-code table."""
+    from latlab.analysis.blackbox import BlackBoxError, black_box_summary  # scipy
+
     journeys = [s.journeys for s in streams]
     try:
         found = black_box_summary(run_dir, journeys, measured_window(meta), table, meta)
