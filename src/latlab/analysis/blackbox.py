@@ -420,16 +420,6 @@ def _dropouts(
     quiet_in[fits] = silent[last[fits]] - silent[first[fits]]
     dropout[np.flatnonzero(missing)] = fits & (quiet_in >= DROPOUT_MIN_S * rate)
     return dropout
-    tpl = template(rate)
-    expected = sent_position[missing] + np.nanmedian(position - sent_position)
-    first = expected - tpl.ref_offset
-    last = first + tpl.length
-    # the first silent run that ends after the frame starts; silent if it starts before its end
-    run = np.searchsorted(ends, first, side="right")
-    inside = run < len(starts)
-    inside[inside] &= starts[run[inside]] < last[inside]
-    dropout[np.flatnonzero(missing)] = inside & (first >= 0) & (last <= len(samples))
-    return dropout
 
 
 @dataclass(frozen=True)
@@ -661,6 +651,16 @@ def _describe(values_ns: np.ndarray) -> dict[str, Any]:
     return {**samples.describe(), "histogram": samples.distribution_table()}
 
 
+def _played_ns(delays: CodeDelays) -> np.ndarray:
+    """When each code was played: recorded, or (not found) its injection plus the median
+    delay of the codes found. A code played after the measured window ended was played
+    while the runner stopped the processes: its sender may have stopped mid-code (a
+    browser closes its capture), so it measures the teardown, not the path."""
+    found = delays.found
+    typical = np.median(delays.record_ns[found] - delays.inject_ns[found]) if found.any() else 0
+    return np.where(found, delays.record_ns, delays.inject_ns + typical)
+
+
 def black_box_summary(
     run_dir: Path,
     journeys: list[Journeys],
@@ -672,8 +672,8 @@ def black_box_summary(
     ``blackbox.parquet`` holds), or None without a signal.
 
     ``table`` (the run's events) times GStreamer ends; ``meta`` (run.json) says which
-    ends are which. Codes injected outside the measured ``window`` do not count. Bad
-    signal files: BlackBoxError.
+    ends are which. Codes injected outside the measured ``window``, or played after it
+    ended, do not count. Bad signal files: BlackBoxError.
     """
     signal_dir = run_dir / SIGNAL_DIR
     if not (signal_dir / SENT_WAV).is_file():
@@ -688,6 +688,7 @@ def black_box_summary(
     counted = np.isfinite(inject_ns)
     if window is not None:
         counted &= (inject_ns >= window[0]) & (inject_ns < window[1])
+        counted &= _played_ns(delays) < window[1]
     shift_ns = jack_capture_shift_ns(ends, inject)
     carrier, probed, span = _carrier(
         journeys, np.where(counted, inject_ns, np.nan), probes, shift_ns, ends.inject_process
