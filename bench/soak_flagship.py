@@ -5,9 +5,9 @@
 Phase 1, ``./latlab run SCENARIO --duration SECONDS``: every ``--every`` seconds it
 samples the resident memory (/proc/PID/status, VmRSS) of the runner and of each process
 it started (the traced pipelines), and prints, per process, the peak of the first slice,
-of the last, and over the run. The tracer's memory is allocated once, so a pipeline that
-grows after its first slice by more than its rings is leaking; the runner holds no
-per-unit state while it records.
+of the last, and over the run (the runner's last slice holds its own analysis of the
+run, which ``latlab run`` makes before it exits). The tracer's memory is allocated once,
+so a pipeline that grows after its first slice by more than its rings is leaking.
 
 Phase 2, the analysis the run's report needs (``latlab.pipeline.analysis_of``, nothing
 reused, nothing written) in a fresh Python process: its wall time, its peak resident
@@ -108,8 +108,8 @@ def sample(runner: subprocess.Popen, every: float, memory: dict[tuple[str, int],
     started: float | None = None
     while not stop.wait(min(every, 1.0) / 4):
         children = children_of(runner.pid)
-        if not children:
-            continue
+        if not children and started is None:
+            continue  # not recording yet; once it has, the runner's analysis is sampled too
         now = time.monotonic()
         started = now if started is None else started
         index = int((now - started) // every)
