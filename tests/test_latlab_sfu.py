@@ -24,8 +24,10 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -176,7 +178,9 @@ def namespace() -> Iterator[tuple[str, str]]:
         subprocess.run(["ip", "netns", "del", ns], timeout=10, check=False)
 
 
-def chromium(ns: str, url: str, origin: str, profile: Path) -> subprocess.Popen:
+def chromium(ns: str, url: str, origin: str, profile: Path, tmp: Path) -> subprocess.Popen:
+    """A headless Chromium in ``ns`` on ``url``; its TMPDIR (where it makes its profile
+    lock, and leaves it when killed) is ``tmp``, short enough for a socket's path."""
     argv = ["ip", "netns", "exec", ns, str(CHROMIUM), "--headless", "--no-sandbox",
             "--disable-gpu", "--use-fake-device-for-media-stream",
             "--use-fake-ui-for-media-stream", "--disable-background-networking",
@@ -184,7 +188,16 @@ def chromium(ns: str, url: str, origin: str, profile: Path) -> subprocess.Popen:
             "--autoplay-policy=no-user-gesture-required",
             f"--unsafely-treat-insecure-origin-as-secure={origin}", url]  # fmt: skip
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "TMPDIR": str(tmp)},
                             start_new_session=True)  # fmt: skip
+
+
+@pytest.fixture
+def browser_tmp() -> Iterator[Path]:
+    """The browsers' TMPDIR, removed after the test."""
+    path = Path(tempfile.mkdtemp(prefix="llab-browser-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def report(line: str, name: str) -> dict | None:
@@ -205,7 +218,7 @@ def decoding(line: str, name: str, width: int) -> bool:
 
 @pytest.mark.timeout(240)
 def test_chromium_simulcast_call_through_latlab_sfu(
-    tmp_path: Path, namespace: tuple[str, str]
+    tmp_path: Path, namespace: tuple[str, str], browser_tmp: Path
 ) -> None:
     ns, addr = namespace
     http_port, udp_port = 8089, 20000
@@ -215,11 +228,11 @@ def test_chromium_simulcast_call_through_latlab_sfu(
     try:
         page = f"{origin}/?room=call&report_ms=1000"
         browsers["alice"] = chromium(ns, f"{page}&role=publish&name=alice", origin,
-                                     tmp_path / "alice")  # fmt: skip
+                                     tmp_path / "alice", browser_tmp)  # fmt: skip
         err.wait(lambda line: "alice: connected" in line, 60)
         for name in ("bob", "carol"):
             browsers[name] = chromium(ns, f"{page}&role=subscribe&name={name}", origin,
-                                      tmp_path / name)  # fmt: skip
+                                      tmp_path / name, browser_tmp)  # fmt: skip
         # The publisher sends three layers; each subscriber decodes, first whatever layer
         # its first estimate affords, then 1280x720 (in 5-10 s in the first runs).
         err.wait(lambda line: (r := report(line, "alice")) is not None
