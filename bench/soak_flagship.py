@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from soak_tracer import publish, resident_kb
+
 REPO = Path(__file__).resolve().parent.parent
 LATLAB = REPO / "latlab"
 SCENARIO = REPO / "scenarios" / "l16-basic.toml"
@@ -75,17 +77,6 @@ class Memory:
                 "last_slice_peak": ordered[-1], "peak": max(ordered)}  # fmt: skip
 
 
-def rss_mb(pid: int) -> float | None:
-    """VmRSS of ``pid`` in MB, None once it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
 def children_of(pid: int) -> dict[int, str]:
     """The processes whose parent is ``pid``: pid -> command name."""
     found = {}
@@ -114,9 +105,9 @@ def sample(runner: subprocess.Popen, every: float, memory: dict[tuple[str, int],
         started = now if started is None else started
         index = int((now - started) // every)
         for pid, name in {runner.pid: "latlab (runner)", **children}.items():
-            rss = rss_mb(pid)
-            if rss is not None:
-                memory.setdefault((f"{name} [{pid}]", pid), Memory(name)).add(index, rss)
+            rss_kb = resident_kb(pid)
+            if rss_kb is not None:
+                memory.setdefault((f"{name} [{pid}]", pid), Memory(name)).add(index, rss_kb / 1024)
 
 
 def record(seconds: float, every: float, out: Path, scenario: Path) -> dict:
@@ -202,9 +193,7 @@ def main() -> int:
     found = {"seconds": args.seconds, "run_dir": str(out),
              "record": record(args.seconds, args.every, out, args.scenario)}  # fmt: skip
     found["analysis"] = analyse(out) if found["record"]["exit"] == 0 else {"error": "no run"}
-    report(found)
-    if args.json:
-        args.json.write_text(json.dumps(found, indent=1))
+    publish(found, report, args.json)
     return 0 if "error" not in found["analysis"] else 1
 
 

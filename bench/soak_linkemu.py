@@ -41,13 +41,13 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bench_linkemu import udp_forward  # noqa: E402
 from soak_tracer import publish, resident_kb  # noqa: E402
 
-from latlab.ingest.link_log import DELIVERED, read_link_log  # noqa: E402
+from latlab.ingest.link_log import DELIVERED, LATE_RELEASE_NS, read_link_log  # noqa: E402
 from latlab.lab.links import UDPGEN, linkemu_binary  # noqa: E402
 from latlab.lab.netns import Lab, cleanup_stale  # noqa: E402
 
 TARGET_P99_US = 50.0
 TARGET_MAX_US = 1000.0
-LATE_US = 1000.0  # a release this late is looked for in the steal time
+LATE_US = LATE_RELEASE_NS / 1e3  # a release this late changed the impairment (summary.json)
 SIZE = 200  # UDP payload bytes
 
 
@@ -134,7 +134,7 @@ def before_late(log: Any, switches: dict[str, np.ndarray]) -> dict[str, Any]:
     released = udp_forward(log) & (c["released_ns"] > 0)
     due = c["scheduled_ns"][released].astype(np.int64)
     out = c["released_ns"][released].astype(np.int64)
-    late = (out - due) > LATE_US * 1e3
+    late = (out - due) > LATE_RELEASE_NS
     is_switch = ~switches["timer"]
     switch_t, names = switches["t_ns"][is_switch], switches["next"][is_switch]
     timer_t = np.sort(switches["t_ns"][switches["timer"]])
