@@ -151,3 +151,39 @@ def test_too_little_traffic_gives_no_epoch(n: int) -> None:
     result = match_forwarded(_packets(cols), _packets(cols))
     assert result.epochs == ()
     assert (result.status == UNMATCHED).all()
+
+
+def test_layers_rank_by_frame_size_not_by_packets_or_probes() -> None:
+    """Janus in CI: the top layer began 6 s into a 10 s run (fewer packets than the lowest
+    layer) and the RTX stream of padding probes had the most packets and timestamps of
+    all; in another run the probes repeated 8 timestamps, nearly all with the marker.
+    Layers rank by payload bytes per frame; probes and a stream of a few frames carry
+    none."""
+    from latlab.analysis.sfu_dwell import INGRESS, _layers
+
+    rng = np.random.default_rng(3)
+    spec = [  # (frames, packets per frame, bytes per packet, first frame)
+        (300, 1, 400, 0),  # lowest layer, all run long
+        (120, 4, 1100, 180),  # top layer, from 6 s
+        (300, 2, 900, 0),  # middle layer
+        (0, 0, 0, 0),  # padding probes: below
+        (20, 3, 1000, 290),  # a few frames at the end: no layer
+    ]
+    rows: dict[str, list] = {k: [] for k in _FIELDS}
+    for stream, (frames, per, size, first) in enumerate(spec):
+        for f in range(first, first + frames):
+            for k in range(per):
+                values = (f * 33_333_333 + k, stream, f * per + k, f * 3000, k == per - 1, size)
+                for key, value in zip(_FIELDS, values, strict=True):
+                    rows[key].append(value)
+    # RTX padding: many timestamps and almost no marker, or the marker on a few repeated
+    probes = np.sort(rng.integers(0, 10 * SECOND, 1000))
+    for i, t in enumerate(probes):
+        stream, ts, marker = (3, i * 90, i % 200 == 0) if i % 2 else (5, i // 200, True)
+        for key, value in zip(_FIELDS, (t, stream, i, ts, marker, 265), strict=True):
+            rows[key].append(value)
+    order = np.argsort(rows["t_ns"], kind="stable")
+    ingress = _packets({k: np.asarray(v)[order] for k, v in rows.items()})
+    streams = [{"direction": INGRESS, "addr": "10.0.0.1:5000", "ssrc": s} for s in range(6)]
+    layers = _layers(streams, ingress, np.array(["video"] * 6, dtype=object))
+    assert layers.tolist() == [0, 2, 1, -1, -1, -1]

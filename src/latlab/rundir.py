@@ -277,6 +277,11 @@ def process_logs(run_dir: Path, process: str) -> tuple[Path, Path]:
     return logs / f"{process}.stdout", logs / f"{process}.stderr"
 
 
+def browser_records(run_dir: Path, process: str) -> Path:
+    """What a browser process's page recorded: ``browsers/NAME.jsonl``."""
+    return Path(run_dir) / BROWSERS / f"{process}{BROWSER_RECORDS_SUFFIX}"
+
+
 def capture_log(run_dir: Path, host: str) -> Path:
     """A host's packet capture: ``captures/HOST.lllink``."""
     return Path(run_dir) / CAPTURES / f"{host}{LINK_LOG_SUFFIX}"

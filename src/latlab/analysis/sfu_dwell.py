@@ -136,24 +136,29 @@ def _kinds(streams: list[dict[str, Any]], ingress: Packets) -> np.ndarray:
 
 
 def _layers(streams: list[dict[str, Any]], ingress: Packets, kinds: np.ndarray) -> np.ndarray:
-    """Per ingress video stream: its simulcast layer, 0 the lowest packet rate among the
-    video streams from the same address (-1 where a sender has one). A stream with fewer
-    than ``MIN_LAYER_FRAMES`` of the frames (RTP timestamps) of its sender's busiest video
-    stream carries no layer: retransmissions (RTX) and bandwidth probes."""
+    """Per ingress video stream: its simulcast layer among the video streams from the same
+    address, 0 the fewest payload bytes per frame (-1 where a sender has one). A frame is an
+    RTP timestamp with a marker bit (on a frame's last packet). A stream with fewer than
+    ``MIN_LAYER_FRAMES`` of the frames of its sender's busiest video stream carries no
+    layer: retransmissions and bandwidth probes (RTX padding, of its own SSRC, has more
+    packets and timestamps than a layer, but few with a marker: in Chromium's, either
+    almost no marker or a few timestamps repeated). A layer that started
+    late in the run still ranks by its frames' size, not by its count of packets."""
     layers = np.full(len(streams), -1, dtype=np.int64)
-    counts = np.bincount(ingress.stream, minlength=len(streams))
-    frames = np.zeros(len(streams), dtype=np.int64)
-    pairs = unique_rows(np.stack([ingress.stream, ingress.ts]))[0]
-    np.add.at(frames, pairs[0], 1)
+    ends = ingress.marker.astype(bool)
+    pairs = unique_rows(np.stack([ingress.stream[ends], ingress.ts[ends]]))[0]
+    frames = np.bincount(pairs[0], minlength=len(streams))
+    payload = np.bincount(ingress.stream, weights=ingress.payload_len, minlength=len(streams))
+    per_frame = payload / np.maximum(frames, 1)
     by_sender: dict[str, list[int]] = {}
     for s, row in enumerate(streams):
         if row["direction"] == INGRESS and kinds[s] == "video":
             by_sender.setdefault(row["addr"], []).append(s)
     for group in by_sender.values():
         busiest = max(frames[s] for s in group)
-        group = [s for s in group if frames[s] >= MIN_LAYER_FRAMES * busiest]
+        group = [s for s in group if frames[s] >= max(MIN_LAYER_FRAMES * busiest, 1)]
         if len(group) > 1:
-            for rank, s in enumerate(sorted(group, key=lambda s: counts[s])):
+            for rank, s in enumerate(sorted(group, key=lambda s: per_frame[s])):
                 layers[s] = rank
     return layers
 
