@@ -49,6 +49,7 @@ RUN_ELSEWHERE = {
     "sfu-janus": "tests/test_sfu_janus.py (its room, 8 s)",
     "sfu-janus-gst": "tests/test_sfu_janus.py (its traced publisher, 6 s)",
     "sfu-livekit": "tests/test_sfu_livekit.py (its room, 8 s)",
+    "sfu-latlab-simulcast": "tests/test_latlab_sfu.py (its link steps at 16 and 26 s)",
 }
 
 

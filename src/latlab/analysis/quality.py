@@ -88,7 +88,7 @@ def quality_summary(
         "offset_ms": clip.get("offset_ms", 0.0),
         "capture_skew_ms": _describe_ms(pub_skew["skew_ns"]),
         "offset_seen_ms": offset_seen(pub_skew, clip),
-        "steps": [{k: s[k] for k in ("at_s", "link", "set")} for s in steps],
+        "steps": [_step(s, window) for s in steps],
         "subscribers": {},
         "problems": list(publisher.problems),
     }
@@ -315,13 +315,26 @@ def _adaptation(steps: list[dict], series: dict, layers: dict, window: tuple) ->
         end = steps[i + 1]["t_ns"] if i + 1 < len(steps) else end_of_run
         if end is None or (window[0] is not None and start < window[0]):
             continue
-        entry: dict[str, Any] = {"at_s": step["at_s"], "link": step["link"], "set": step["set"]}
+        entry: dict[str, Any] = {"at_s": step["at_s"], "window_s": _window_s(start, window),
+                                 "link": step["link"], "set": step["set"]}  # fmt: skip
         entry["bitrate_kbps"] = settling(series["t_ns"], series["kbps"], start, end)
         entry["layer"] = settling(layers["t_ns"], np.where(layers["layer"] >= 0,
                                   layers["layer"], np.nan), start, end, exact=True)  # fmt: skip
         entry["height"] = settling(series["t_ns"], series["frameHeight"], start, end, exact=True)
         out.append(entry)
     return out
+
+
+def _step(step: dict[str, Any], window: tuple) -> dict[str, Any]:
+    """A link schedule step as summary.json's ``quality.steps`` has it."""
+    return {**{k: step[k] for k in ("at_s", "link", "set")},
+            "window_s": _window_s(step["t_ns"], window)}  # fmt: skip
+
+
+def _window_s(t_ns: int, window: tuple) -> float | None:
+    """An instant in seconds after the measured window opened, the origin of the layer
+    timeline (a step's ``at_s`` counts from its link's start, which is earlier)."""
+    return None if window[0] is None else round((t_ns - window[0]) / 1e9, 3)
 
 
 def settling(
