@@ -183,26 +183,29 @@ def _packet_rates(ingress: Packets, egress: Packets) -> dict[str, float | None]:
 
 def _not_forwarded(forwarding: Forwarding, ingress: Packets, egress: Packets) -> dict[str, Any]:
     """Packets the SFU received of a stream it was forwarding on a leg but did not send on
-    that leg: per (leg, source stream), every ingress packet of the source from the
-    first to the last one the leg carried is expected on it once. A leg that switched
-    away from a source and back expects the packets in between too: with simulcast
-    switching this over-counts; with one stream per source it is exact."""
-    ok = forwarding.status == MATCHED
-    if not ok.any():
+    that leg. A leg's matched packets, in the order it sent them, make runs of one source
+    stream (a simulcast leg changes runs at each layer switch); in each run every ingress
+    packet of its source from the first to the last one the run carried is expected on the
+    leg once. With one stream per source this is exact; a packet of the old layer sent
+    after the switch (in flight) makes a short run of its own."""
+    ok = np.flatnonzero(forwarding.status == MATCHED)
+    if not len(ok):
         return {"expected": 0, "forwarded": 0, "rate": None}
-    source = forwarding.ingress_index[ok]
-    pair = np.stack([egress.stream[ok], ingress.stream[source]])
     # each ingress packet's place among its stream's packets (ingress is in time order)
-    order = np.argsort(ingress.stream, kind="stable")
+    by_stream = np.argsort(ingress.stream, kind="stable")
     place = np.empty(len(ingress), dtype=np.int64)
-    starts = np.searchsorted(ingress.stream[order], ingress.stream[order], side="left")
-    place[order] = np.arange(len(ingress)) - starts
-    uniq, group = unique_rows(pair)
-    first = np.full(uniq.shape[1], np.iinfo(np.int64).max)
-    last = np.full(uniq.shape[1], -1)
-    np.minimum.at(first, group, place[source])
-    np.maximum.at(last, group, place[source])
-    carried = unique_rows(np.stack([group, source]))[0].shape[1]
+    starts = np.searchsorted(ingress.stream[by_stream], ingress.stream[by_stream], side="left")
+    place[by_stream] = np.arange(len(ingress)) - starts
+    by_leg = ok[np.argsort(egress.stream[ok], kind="stable")]  # egress is in time order
+    leg = egress.stream[by_leg]
+    source = forwarding.ingress_index[by_leg]
+    stream = ingress.stream[source]
+    new_run = np.r_[True, (leg[1:] != leg[:-1]) | (stream[1:] != stream[:-1])]
+    run_starts = np.flatnonzero(new_run)
+    first = np.minimum.reduceat(place[source], run_starts)
+    last = np.maximum.reduceat(place[source], run_starts)
+    run = np.cumsum(new_run) - 1
+    carried = unique_rows(np.stack([run, source]))[0].shape[1]
     expected = int((last - first + 1).sum())
     return {"expected": expected, "forwarded": carried,
             "rate": round(1.0 - carried / expected, 6) if expected else None}  # fmt: skip
