@@ -18,19 +18,22 @@ appends two estimated probes:
   at start-up, and realigns 20 ms earlier in most) but for the buffer at that
   correction in four. What the pushes do not show is how the sink's position 0 lines
   up with the device's cycles: the device takes the first segment at its first cycle
-  after the sink calibrated its clock (when its first render began), 0 to one period
-  later, and every sample leaves that much after its place. The renders bound it
-  (:func:`device_ring`); the estimate takes the least alignment they allow and is early
-  by the rest, the same for a whole run (against the black box on JACK: +0.05 to +7.4
-  ms over ten runs at 10 ms periods, +0.5 to +7.4 ms over ten at 20 ms, within 0.2 ms
-  from code to code; with the bounds taken from the schedule's places alone and the
-  skew corrected only when every alignment had passed, the 20 ms runs read -12.6 to
-  +8.0 ms). It never puts a buffer before its render returned where the ring explains
-  that return (:func:`released_after`). Without a clock or latency record it falls back
-  to the render plus a full ring buffer (periods x period of the device), an upper
-  bound; where no alignment explains the renders, to the schedule's places, never
-  before the render. Units whose render began after the device had taken their segment
-  were skipped as late: they never leave it (``MISSING``, counted ``late``).
+  after the sink calibrated its clock (as its streaming thread resumed once playing),
+  0 to one period later, and every sample leaves that much after its place. The renders
+  bound it (:func:`device_ring`); the estimate takes the first cycle the bounds allow
+  after the pipeline went to playing, the same for a whole run. Against the black box on
+  JACK at 10 ms periods over 20 runs it was early by 0.02 to 0.29 ms in 19 and late by
+  2.8 ms in one, whose sink thread resumed that late (the trace does not show it);
+  within 0.3 ms from code to code. (The least alignment the bounds allow, the estimate
+  before, was early by 0.9 to 7.5 ms in the same runs; with the bounds taken from the
+  schedule's places alone and the skew corrected only when every alignment had passed,
+  20 ms runs read -12.6 to +8.0 ms.) It never puts a buffer before its render returned
+  where the ring explains that return (:func:`released_after`). Without a clock or
+  latency record it falls back to the render plus a full ring buffer (periods x period
+  of the device), an upper bound; where no alignment explains the renders, to the
+  schedule's places, never before the render. Units whose render began after the device
+  had taken their segment were skipped as late: they never leave it (``MISSING``,
+  counted ``late``).
 * ``PROCESS/SINK:output``: when they leave the device: plus the playback latency the
   server reported (JACK's port latency, the dummy driver's periods), if it reported one.
 
@@ -237,8 +240,9 @@ def scheduled_presentation(
     pushes into the sink, the renders tell when the device takes each segment, which the
     sink's late-sample and clock-skew rules need, and bound how its ring lines up with
     them (:func:`device_ring`). A sample leaves that alignment after its place: the
-    estimate takes the least alignment the renders allow, and no earlier than the render
-    of its buffer returned where the ring explains that return (:func:`released_after`).
+    device's first cycle after the sink's calibration, as soon as the renders allow, and
+    no earlier than the render of its buffer returned where the ring explains that return
+    (:func:`released_after`).
     A unit that starts later in a buffer than the buffer's first unit is presented that
     much later."""
     probe = table.probes[sink]
@@ -283,11 +287,11 @@ def scheduled_presentation(
     # which is where a black box times a code damaged by the skip (by its whole frame).
     last = scheduled + journeys.unit_ns - 1 + ring.alignment_high_ns
     skipped = matched & (ring.segment_taken(last) < calls[at])
-    # every sample leaves the alignment after its place: at least the least alignment
-    # the renders allow (less the 0.5 ms they are read to); the device's first cycle
-    # after the sink's calibration read +0.03 to +0.19 ms in seven runs of ten but -2.3
-    # in one undisturbed run, where the least alignment is early by [0, one period)
-    leaves = scheduled + max(ring.alignment_low_ns - ROOM_TOLERANCE_NS, 0)
+    # every sample leaves the alignment after its place: the device's first cycle after
+    # the sink's calibration, as soon as the renders allow (device_ring). Against the
+    # black box over 20 runs: 0.02 to 0.29 ms early in 19, 2.8 ms late in one whose sink
+    # thread resumed late (the least alignment was early by 0.9 to 7.5 ms)
+    leaves = scheduled + ring.alignment_ns
     floor = released_after(presented, buffer_lengths(duration, running), rendered, calls, ring)
     leaves = np.where(matched, np.maximum(leaves, floor[at]), leaves)
     return np.where(seen & ~skipped, leaves, MISSING)
