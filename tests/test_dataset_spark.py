@@ -118,3 +118,16 @@ def test_the_cli_runs_a_question_on_spark_quietly(engines: tuple[Engine, Engine,
     on_duckdb = latlab(*args, timeout=120)
     spark_doc, duck_doc = json.loads(on_spark.stdout), json.loads(on_duckdb.stdout)
     assert spark_doc["engine"] == "spark" and spark_doc["rows"] == duck_doc["rows"]
+
+
+@pytest.mark.timeout(300)
+def test_spark_keeps_its_scratch_in_a_directory_of_its_own(
+    engines: tuple[Engine, Engine, Path],
+) -> None:
+    """Spark's block manager and its other scratch go to latlab's own directory (removed
+    at exit), not to /tmp, where a killed query would leave them (two runs had)."""
+    from latlab.dataset.engines import spark_session
+
+    local = Path(spark_session(MASTER).conf.get("spark.local.dir"))
+    assert local.name.startswith("latlab-spark-") and local.is_dir()
+    assert list(local.glob("blockmgr-*"))

@@ -187,8 +187,8 @@ class SparkEngine(Engine):
 
 def spark_session(master: str = DEFAULT_MASTER) -> Any:
     """A Spark session on ``master`` (made once per process and master): quiet logs, no UI,
-    partition columns read as strings, UTC; EnvironmentProblem if pyspark or Java is
-    missing."""
+    partition columns read as strings, UTC, its scratch in a directory of its own that
+    goes at exit; EnvironmentProblem if pyspark or Java is missing."""
     if master in _SESSIONS:
         return _SESSIONS[master]
     try:
@@ -210,6 +210,9 @@ def spark_session(master: str = DEFAULT_MASTER) -> Any:
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        # its scratch (blockmgr-*, spark-*) in latlab's own directory, removed at exit,
+        # not left in /tmp by a query that was killed
+        .config("spark.local.dir", str(conf_dir))
     )
     if master.startswith("local"):
         builder = builder.config("spark.sql.shuffle.partitions", str(LOCAL_SHUFFLE_PARTITIONS))
