@@ -23,6 +23,8 @@ from latlab.ingest.trace_reader import TraceError
 from latlab.rundir import BROWSER_RECORDS_SUFFIX, BROWSERS
 
 MISSING = -1
+FAST_PINGS = 0.1  # the share of clock pings (least round trips) the page's offset is from
+MIN_FAST_PINGS = 5  # with fewer pings than this many fast ones: every ping
 FRAME_FIELDS = ("t_ms", "capture_ms", "receive_ms", "abs_capture_ms")
 
 
@@ -170,14 +172,34 @@ def parse_lines(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def clock_offset(pings: list[dict[str, Any]]) -> int | None:
-    """Median of (server monotonic at the page's receipt) - page time, in ns."""
-    offsets = [
-        ping["srv_monotonic_ns"] + (ping.get("rtt_ms") or 0.0) * 1e6 / 2 - ping["page_ms"] * 1e6
+    """The page clock's offset from the server's monotonic clock, in ns: per ping, the
+    server's send time plus half the round trip less the page's time at receipt; the
+    median over the pings of the least round trips (the fastest ``FAST_PINGS`` share).
+
+    A ping whose page read its clock late (its event loop busy) or whose server read the
+    reply late has a longer round trip, and half of it is not where the page's reading
+    was: under three browsers on two cores the median over every ping was 0.04 to 0.47
+    ms early against the fastest tenth's."""
+    rows = [
+        (ping["srv_monotonic_ns"], ping["page_ms"], _number_or_nan(ping.get("rtt_ms")))
         for ping in pings
         if isinstance(ping.get("srv_monotonic_ns"), int | float)
         and isinstance(ping.get("page_ms"), int | float)
     ]
-    return round(float(np.median(offsets))) if offsets else None
+    if not rows:
+        return None
+    sent, page_ms, rtt_ms = (np.array(c, np.float64) for c in zip(*rows, strict=True))
+    timed = np.isfinite(rtt_ms)
+    offsets = sent + np.where(timed, rtt_ms, 0.0) * 1e6 / 2 - page_ms * 1e6
+    if timed.sum() >= MIN_FAST_PINGS / FAST_PINGS:
+        offsets = offsets[timed & (rtt_ms <= np.quantile(rtt_ms[timed], FAST_PINGS))]
+    return round(float(np.median(offsets)))
+
+
+def _number_or_nan(value: Any) -> float:
+    """A finite number as a float; NaN for anything else (absent, null, a bool)."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if ok and np.isfinite(value) else float("nan")
 
 
 def _mono(page_ms: Any, offset: int) -> int:
