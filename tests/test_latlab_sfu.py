@@ -250,8 +250,12 @@ def test_chromium_simulcast_call_through_latlab_sfu(
         answer = subprocess.run(["ip", "netns", "exec", ns, "python3", "-c", ask],
                                 capture_output=True, text=True, timeout=10, check=True)  # fmt: skip
         stats = json.loads(answer.stdout)
+        # both reached 1280x720 (their pages said so above); the legs' layers when /stats
+        # is read a moment later are the estimates of that moment: in one CI run beside
+        # other tests one leg was back on 640x360 by then
         assert stats["layer_switches"] >= 2 and stats["panics"] == 0
-        assert {leg["width"] for leg in stats["legs"]} == {1280}
+        assert len(stats["legs"]) == 2
+        assert {leg["width"] for leg in stats["legs"]} <= {320, 640, 1280}
 
         # carol's browser dies: the SFU notices (no ICE consent for 15 s) and drops her;
         # bob keeps decoding meanwhile.
