@@ -75,7 +75,7 @@ def quality_summary(
     window = (meta.get("measure_start_monotonic_ns"), meta.get("measure_end_monotonic_ns"))
     reference = read_wav(run_dir / rundir.QUALITY / rundir.QUALITY_REFERENCE)
     records = {
-        name: read_quality_records(run_dir / rundir.BROWSERS / f"{name}.jsonl")
+        name: read_quality_records(rundir.browser_records(run_dir, name))
         for name in [clip["publisher"], *clip["subscribers"]]
     }
     stats = {log.process: log for log in browsers}
